@@ -1,0 +1,86 @@
+"""Opening the database: one `Database` per process, with read and write transactions.
+
+SQLite runs through `sqlean` (the machine's own sqlite3 cannot load extensions) with WAL, a busy
+timeout, foreign keys on, sqlite-vec loaded on every connection, and `BEGIN IMMEDIATE` for writes so
+two writers queue on the busy timeout instead of failing half-way through a transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000  # ms
+
+
+def _sqlite_engine(url: str) -> Engine:
+    import sqlean
+    import sqlite_vec
+
+    engine = create_engine(
+        url, module=sqlean, connect_args={"check_same_thread": False, "timeout": 30}
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (see _on_begin)
+        dbapi_conn.enable_load_extension(True)
+        sqlite_vec.load(dbapi_conn)
+        dbapi_conn.enable_load_extension(False)
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        mode = "IMMEDIATE" if conn.get_execution_options().get("kops_write") else "DEFERRED"
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+def create_db_engine(url: str) -> Engine:
+    if make_url(url).get_backend_name() == "sqlite":
+        return _sqlite_engine(url)
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+
+
+class Database:
+    """The process's handle on the database: `write()` and `read()` transactions."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = create_db_engine(url)
+        self.dialect = self.engine.dialect.name
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.dialect == "sqlite"
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A transaction that may write; commits on success, rolls back on any exception."""
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(kops_write=True)
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A read-only transaction (a consistent snapshot; never takes the write lock)."""
+        with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    def ping(self) -> None:
+        with self.read() as conn:
+            conn.execute(text("SELECT 1"))
+
+    def dispose(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,86 @@
+"""Turns a stream of headings and paragraphs into section-tagged blocks of bounded size.
+
+Shared by the parsers of formats with headings (Markdown, HTML, DOCX). A heading closes the current
+section's block, replaces the headings at its level and below in the section path ("Install › Linux"),
+and becomes the first line of the new section's text.
+"""
+
+from __future__ import annotations
+
+from knowledgeops.ingest.parsers.base import Block
+
+SECTION_SEPARATOR = " › "
+MAX_BLOCK_CHARS = 16 * 1024
+PARAGRAPH = "\n\n"
+LINE = "\n"
+
+
+def split_long_text(text: str, limit: int) -> list[str]:
+    """Cut `text` into pieces of at most `limit` chars, at a line end or space where possible."""
+    pieces: list[str] = []
+    while len(text) > limit:
+        cut = text.rfind("\n", limit // 2, limit)
+        if cut == -1:
+            cut = text.rfind(" ", limit // 2, limit)
+        cut = limit if cut == -1 else cut + 1
+        pieces.append(text[:cut])
+        text = text[cut:]
+    if text:
+        pieces.append(text)
+    return pieces
+
+
+class SectionBuilder:
+    """Collects text under the current heading path and hands out finished blocks."""
+
+    def __init__(self, max_chars: int = MAX_BLOCK_CHARS) -> None:
+        self.max_chars = max_chars
+        self._headings: list[tuple[int, str]] = []
+        self._parts: list[str] = []
+        self._size = 0
+
+    @property
+    def section(self) -> str | None:
+        """The current heading path, or None before the first heading."""
+        if not self._headings:
+            return None
+        return SECTION_SEPARATOR.join(title for _, title in self._headings)
+
+    def heading(self, level: int, title: str) -> list[Block]:
+        """Start a section at `level` (smaller is higher; 0 = document title) titled `title`."""
+        title = " ".join(title.split())
+        if not title:
+            return []
+        blocks = self.flush()
+        while self._headings and self._headings[-1][0] >= level:
+            self._headings.pop()
+        self._headings.append((level, title))
+        self._append(title, PARAGRAPH)
+        return blocks
+
+    def add(self, text: str, separator: str = PARAGRAPH) -> list[Block]:
+        """Add a paragraph (separator "\\n\\n") or a line (separator "\\n") of text."""
+        if not text.strip():
+            return []
+        blocks: list[Block] = []
+        for piece in split_long_text(text, self.max_chars):
+            if self._parts and self._size + len(separator) + len(piece) > self.max_chars:
+                blocks.extend(self.flush())
+            self._append(piece, separator)
+        return blocks
+
+    def _append(self, text: str, separator: str) -> None:
+        if self._parts:
+            self._parts.append(separator)
+            self._size += len(separator)
+        self._parts.append(text)
+        self._size += len(text)
+
+    def flush(self) -> list[Block]:
+        """Hand out the text collected so far as a block (none if it is blank)."""
+        text = "".join(self._parts).strip("\n")
+        self._parts = []
+        self._size = 0
+        if not text.strip():
+            return []
+        return [Block(text=text, section=self.section)]

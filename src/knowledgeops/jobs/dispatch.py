@@ -1,0 +1,19 @@
+"""Dispatch: how a job id reaches a worker. The relay publishes; a broker delivers at least once.
+
+The message is only the job id: a worker reloads everything else from the database, and no
+credential ever travels in a message (DESIGN.md §8).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class PublishError(Exception):
+    """The broker did not take the message; the outbox row stays unpublished and is tried again."""
+
+
+class Dispatcher(Protocol):
+    def publish(self, job_id: str) -> None:
+        """Hand `job_id` to the broker, or raise PublishError."""
+        ...

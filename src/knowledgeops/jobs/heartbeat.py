@@ -1,0 +1,63 @@
+"""Heartbeats: one thread per process refreshes `heartbeat_at` of every job its workers hold."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime
+
+from knowledgeops.jobs.model import Lease
+from knowledgeops.jobs.store import JobStore
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    def __init__(self, store: JobStore, interval_s: float, clock: Callable[[], datetime]) -> None:
+        self.store = store
+        self.interval_s = interval_s
+        self.clock = clock
+        self._leases: set[Lease] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases.add(lease)
+
+    def drop(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases.discard(lease)
+
+    def beat(self) -> list[Lease]:
+        """Refresh every held lease once; returns the ones that were lost (and drops them)."""
+        with self._lock:
+            leases = sorted(self._leases, key=lambda lease: lease.job_id)
+        if not leases:
+            return []
+        lost = self.store.heartbeat(leases, now=self.clock())
+        for lease in lost:
+            log.warning("job %s: heartbeat found the lease lost", lease.job_id)
+            self.drop(lease)
+        return lost
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="kops-heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def is_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.beat()
+            except Exception:  # a missed beat is not fatal; the next one may get through
+                log.exception("heartbeat failed")

@@ -1,0 +1,339 @@
+"""`JobStore` in memory: the twin that unit tests run on, held to the SQL store's behaviour by the
+shared contract suite. Thread-safe; `tx` is ignored (the listener is given None)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from knowledgeops.jobs import states
+from knowledgeops.jobs.model import Failure, Job, Lease, NewJob, OutboxItem
+from knowledgeops.jobs.states import Event, JobStatus, Stage
+from knowledgeops.jobs.store import JobNotFound, LeaseLost, TransitionListener, Tx, Work
+
+
+@dataclass
+class _OutboxRow:
+    id: int
+    job_id: str
+    created_at: datetime
+    available_at: datetime
+    published_at: datetime | None = None
+    publish_attempts: int = 0
+    last_error: str | None = None
+
+
+class MemoryJobStore:
+    def __init__(self, listener: TransitionListener | None = None) -> None:
+        self.listener = listener
+        self.jobs: dict[str, Job] = {}
+        self.outbox: list[_OutboxRow] = []
+        self._ids = itertools.count(1)
+        self._lock = threading.RLock()
+
+    # --- helpers --------------------------------------------------------------------------------
+    def _add_outbox(self, job_id: str, now: datetime, available_at: datetime) -> None:
+        self.outbox.append(_OutboxRow(next(self._ids), job_id, now, available_at))
+
+    def _move(self, job: Job, event: Event, now: datetime, **values: Any) -> Job:
+        new_status = states.target(job.status, event)
+        moved = replace(job, status=new_status, version=job.version + 1, updated_at=now, **values)
+        self.jobs[job.id] = moved
+        if self.listener is not None:
+            self.listener.on_transition(None, job, new_status)
+        return moved
+
+    def _held(self, lease: Lease) -> Job:
+        job = self.jobs.get(lease.job_id)
+        if (
+            job is None
+            or job.status is not JobStatus.RUNNING
+            or job.lease_owner != lease.owner
+            or job.attempt != lease.attempt
+        ):
+            raise LeaseLost(lease, job.status if job else None)
+        return job
+
+    def _existing(self, job_id: str) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return job
+
+    # --- creating and reading -------------------------------------------------------------------
+    def add(self, new: NewJob, *, now: datetime, tx: Tx = None) -> Job:
+        with self._lock:
+            if new.id in self.jobs:
+                raise ValueError(f"job {new.id} exists")
+            if new.idempotency_key and self.find_by_idempotency_key(new.idempotency_key):
+                raise ValueError(f"idempotency key {new.idempotency_key} is taken")
+            job = Job(
+                id=new.id,
+                document_id=new.document_id,
+                dataset_id=new.dataset_id,
+                kind=new.kind,
+                generation=new.generation,
+                status=JobStatus.PENDING,
+                stage=Stage.QUEUED,
+                total_chunks=None,
+                processed_chunks=0,
+                error=None,
+                error_code=None,
+                error_category=None,
+                retryable=False,
+                attempt=0,
+                max_attempts=new.max_attempts,
+                run_after=None,
+                lease_owner=None,
+                heartbeat_at=None,
+                started_at=None,
+                finished_at=None,
+                version=1,
+                idempotency_key=new.idempotency_key,
+                created_at=now,
+                updated_at=now,
+            )
+            self.jobs[job.id] = job
+            self._add_outbox(job.id, now, now)
+            return job
+
+    def get(self, job_id: str) -> Job | None:
+        with self._lock:
+            return self.jobs.get(job_id)
+
+    def find_by_idempotency_key(self, key: str) -> Job | None:
+        with self._lock:
+            return next((j for j in self.jobs.values() if j.idempotency_key == key), None)
+
+    # --- a worker's writes ----------------------------------------------------------------------
+    def claim(self, job_id: str, owner: str, *, now: datetime) -> Lease | None:
+        with self._lock:
+            job = self.jobs.get(job_id)
+            if job is None or job.status not in states.sources(Event.CLAIM):
+                return None
+            if not job.is_due(now):
+                return None
+            attempt = job.attempt + 1
+            self._move(
+                job,
+                Event.CLAIM,
+                now,
+                attempt=attempt,
+                lease_owner=owner,
+                heartbeat_at=now,
+                started_at=now,
+                finished_at=None,
+                stage=Stage.QUEUED,
+                total_chunks=None,
+                processed_chunks=0,
+                run_after=None,
+            )
+            return Lease(job_id, owner, attempt)
+
+    def report(
+        self,
+        lease: Lease,
+        *,
+        now: datetime,
+        stage: Stage | None = None,
+        total: int | None = None,
+        processed: int | None = None,
+        work: Work | None = None,
+    ) -> None:
+        with self._lock:
+            job = self._held(lease)
+            if work is not None:
+                work(None)
+            self.jobs[job.id] = replace(
+                job,
+                heartbeat_at=now,
+                updated_at=now,
+                version=job.version + 1,
+                stage=stage if stage is not None else job.stage,
+                total_chunks=total if total is not None else job.total_chunks,
+                processed_chunks=processed if processed is not None else job.processed_chunks,
+            )
+
+    def heartbeat(self, leases: Sequence[Lease], *, now: datetime) -> list[Lease]:
+        lost = []
+        with self._lock:
+            for lease in leases:
+                try:
+                    job = self._held(lease)
+                except LeaseLost:
+                    lost.append(lease)
+                    continue
+                self.jobs[job.id] = replace(job, heartbeat_at=now)
+        return lost
+
+    def complete(self, lease: Lease, *, now: datetime) -> Job:
+        with self._lock:
+            job = self._held(lease)
+            return self._move(
+                job,
+                Event.COMPLETE,
+                now,
+                stage=Stage.DONE,
+                finished_at=now,
+                lease_owner=None,
+                error=None,
+                error_code=None,
+                error_category=None,
+                retryable=False,
+            )
+
+    def fail(
+        self, lease: Lease, failure: Failure, *, now: datetime, retry_at: datetime | None
+    ) -> Job:
+        with self._lock:
+            job = self._held(lease)
+            return self._fail(job, failure, now, retry_at)
+
+    def _fail(self, job: Job, failure: Failure, now: datetime, retry_at: datetime | None) -> Job:
+        event = Event.FAIL if retry_at is None else Event.RETRY_LATER
+        moved = self._move(
+            job,
+            event,
+            now,
+            error=failure.message,
+            error_code=failure.code,
+            error_category=failure.category,
+            retryable=failure.retryable,
+            lease_owner=None,
+            run_after=retry_at,
+            finished_at=None if retry_at is not None else now,
+        )
+        if retry_at is not None:
+            self._add_outbox(job.id, now, retry_at)
+        return moved
+
+    def release(self, lease: Lease, *, now: datetime) -> Job:
+        with self._lock:
+            job = self._held(lease)
+            moved = self._move(
+                job,
+                Event.RETRY_LATER,
+                now,
+                attempt=job.attempt - 1,
+                lease_owner=None,
+                run_after=now,
+                stage=Stage.QUEUED,
+            )
+            self._add_outbox(job.id, now, now)
+            return moved
+
+    # --- operator actions -----------------------------------------------------------------------
+    def cancel(self, job_id: str, *, now: datetime) -> Job:
+        with self._lock:
+            return self._move(
+                self._existing(job_id),
+                Event.CANCEL,
+                now,
+                finished_at=now,
+                lease_owner=None,
+                run_after=None,
+                error="cancelled on request",
+                error_code="cancelled",
+                error_category=None,
+                retryable=True,
+            )
+
+    def requeue(self, job_id: str, *, now: datetime, extra_attempts: int) -> Job:
+        with self._lock:
+            job = self._existing(job_id)
+            moved = self._move(
+                job,
+                Event.REQUEUE,
+                now,
+                max_attempts=job.attempt + extra_attempts,
+                stage=Stage.QUEUED,
+                finished_at=None,
+                run_after=None,
+                error=None,
+                error_code=None,
+                error_category=None,
+                retryable=False,
+                total_chunks=None,
+                processed_chunks=0,
+            )
+            self._add_outbox(job_id, now, now)
+            return moved
+
+    # --- the relay's scans ----------------------------------------------------------------------
+    def rescue_stale(
+        self,
+        *,
+        stale_before: datetime,
+        now: datetime,
+        failure: Failure,
+        retry_at: Callable[[Job], datetime | None],
+    ) -> list[Job]:
+        with self._lock:
+            stale = [
+                j
+                for j in self.jobs.values()
+                if j.status is JobStatus.RUNNING
+                and (j.heartbeat_at is None or j.heartbeat_at < stale_before)
+            ]
+            return [self._fail(job, failure, now, retry_at(job)) for job in stale]
+
+    def due_outbox(self, *, now: datetime, limit: int) -> list[OutboxItem]:
+        with self._lock:
+            due = [r for r in self.outbox if r.published_at is None and r.available_at <= now]
+            return [OutboxItem(r.id, r.job_id, r.publish_attempts) for r in due[:limit]]
+
+    def mark_published(self, item_ids: Sequence[int], *, now: datetime) -> None:
+        with self._lock:
+            wanted = set(item_ids)
+            for row in self.outbox:
+                if row.id in wanted:
+                    row.published_at = now
+                    row.publish_attempts += 1
+
+    def mark_publish_failed(self, item_id: int, error: str) -> None:
+        with self._lock:
+            for row in self.outbox:
+                if row.id == item_id:
+                    row.publish_attempts += 1
+                    row.last_error = error[:2000]
+
+    def requeue_unclaimed(self, *, published_before: datetime, now: datetime) -> int:
+        with self._lock:
+            recent = {
+                r.job_id
+                for r in self.outbox
+                if r.published_at is None or r.published_at >= published_before
+            }
+            runnable = [
+                j.id
+                for j in self.jobs.values()
+                if j.status in (JobStatus.PENDING, JobStatus.RETRYING)
+                and j.is_due(now)
+                and j.id not in recent
+            ]
+            for job_id in runnable:
+                self._add_outbox(job_id, now, now)
+            return len(runnable)
+
+    def prune_outbox(self, *, published_before: datetime) -> int:
+        with self._lock:
+            keep = [
+                r
+                for r in self.outbox
+                if r.published_at is None or r.published_at >= published_before
+            ]
+            pruned = len(self.outbox) - len(keep)
+            self.outbox = keep
+            return pruned
+
+    def outbox_backlog(self, *, now: datetime) -> tuple[int, float]:
+        with self._lock:
+            due = [r for r in self.outbox if r.published_at is None and r.available_at <= now]
+            if not due:
+                return 0, 0.0
+            oldest = min(r.available_at for r in due)
+            return len(due), max(0.0, (now - oldest).total_seconds())

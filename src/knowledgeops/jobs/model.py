@@ -1,0 +1,76 @@
+"""What the jobs core reads and writes: a job, a new job, a lease, an outbox item."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from knowledgeops.jobs.states import JobStatus, Stage
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    id: str
+    document_id: str
+    dataset_id: str
+    generation: int
+    max_attempts: int
+    kind: str = "ingest"
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    document_id: str
+    dataset_id: str
+    kind: str
+    generation: int
+    status: JobStatus
+    stage: Stage
+    total_chunks: int | None
+    processed_chunks: int
+    error: str | None
+    error_code: str | None
+    error_category: str | None
+    retryable: bool
+    attempt: int
+    max_attempts: int
+    run_after: datetime | None
+    lease_owner: str | None
+    heartbeat_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    version: int
+    idempotency_key: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    def is_due(self, now: datetime) -> bool:
+        return self.run_after is None or self.run_after <= now
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A worker's hold on one attempt of a job; every write the worker makes is fenced by it."""
+
+    job_id: str
+    owner: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """What a job's failure records: public message, machine code, category, retryable."""
+
+    message: str
+    code: str
+    category: str
+    retryable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxItem:
+    id: int
+    job_id: str
+    publish_attempts: int

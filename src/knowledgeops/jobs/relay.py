@@ -1,0 +1,146 @@
+"""The relay: closes the gap between a database commit and the broker (DESIGN.md §6).
+
+Each pass it (1) moves running jobs whose heartbeat went stale to retrying or failed, (2) writes a
+new outbox row for runnable jobs nobody claimed long after their last publish, (3) publishes due
+outbox rows (new jobs, retries whose `run_after` came) and (4) prunes old published rows. When
+the broker refuses a message the row stays unpublished and the next pass tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from knowledgeops.errors import TransientError
+from knowledgeops.jobs.dispatch import Dispatcher
+from knowledgeops.jobs.model import Failure, Job
+from knowledgeops.jobs.retry import RetryPolicy
+from knowledgeops.jobs.store import JobStore
+
+log = logging.getLogger(__name__)
+
+PUBLISH_BATCH = 200
+PRUNE_AFTER = timedelta(days=1)
+
+
+@dataclass(frozen=True, slots=True)
+class RelayPass:
+    rescued: int
+    requeued: int
+    published: int
+    publish_failed: int
+
+
+class Relay:
+    def __init__(
+        self,
+        store: JobStore,
+        dispatcher: Dispatcher,
+        *,
+        policy: RetryPolicy,
+        stale_after_s: float,
+        republish_after_s: float,
+        interval_s: float,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.store = store
+        self.dispatcher = dispatcher
+        self.policy = policy
+        self.stale_after = timedelta(seconds=stale_after_s)
+        self.republish_after = timedelta(seconds=republish_after_s)
+        self.interval_s = interval_s
+        self.clock = clock
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- one pass -------------------------------------------------------------------------------
+    def run_once(self) -> RelayPass:
+        now = self.clock()
+        rescued = self.rescue(stale_before=now - self.stale_after)
+        requeued = self.store.requeue_unclaimed(
+            published_before=now - self.republish_after, now=now
+        )
+        published, failed = self.publish_due()
+        self.store.prune_outbox(published_before=now - PRUNE_AFTER)
+        return RelayPass(len(rescued), requeued, published, failed)
+
+    def rescue(self, *, stale_before: datetime) -> list[Job]:
+        now = self.clock()
+        silent_s = int((now - stale_before).total_seconds())
+        lost = TransientError(
+            f"the worker stopped responding (no heartbeat for {silent_s} s)", code="worker_lost"
+        )
+        failure = Failure(lost.message, lost.code, lost.category.value, retryable=True)
+
+        def retry_at(job: Job) -> datetime | None:
+            return self.policy.next_run_after(
+                lost, attempt=max(job.attempt, 1), max_attempts=job.max_attempts, now=now
+            )
+
+        rescued = self.store.rescue_stale(
+            stale_before=stale_before, now=now, failure=failure, retry_at=retry_at
+        )
+        for job in rescued:
+            log.warning("job %s: worker lost; now %s", job.id, job.status)
+        return rescued
+
+    def publish_due(self) -> tuple[int, int]:
+        published: list[int] = []
+        failed = 0
+        for item in self.store.due_outbox(now=self.clock(), limit=PUBLISH_BATCH):
+            try:
+                self.dispatcher.publish(item.job_id)
+            except Exception as exc:  # the broker is down: keep the row, try next pass
+                failed += 1
+                log.warning("job %s: publish failed: %s", item.job_id, exc)
+                self.store.mark_publish_failed(item.id, f"{type(exc).__name__}: {exc}")
+                break
+            published.append(item.id)
+        self.store.mark_published(published, now=self.clock())
+        return len(published), failed
+
+    def recover_after_restart(self) -> RelayPass:
+        """Embedded start-up only (this process holds the data folder's lock, so no other worker
+        can be alive): every running job is orphaned, and every open job must be published again
+        because the in-process queue died with the last process."""
+        now = self.clock()
+        rescued = self.rescue(stale_before=now + timedelta(microseconds=1))
+        requeued = self.store.requeue_unclaimed(published_before=now, now=now)
+        published, failed = self.publish_due()
+        log.info(
+            "recovered after restart: %d orphaned running jobs, %d jobs re-published",
+            len(rescued),
+            requeued,
+        )
+        return RelayPass(len(rescued), requeued, published, failed)
+
+    # --- the thread -----------------------------------------------------------------------------
+    def wake(self) -> None:
+        """Publish now rather than at the next tick (called after an upload commits)."""
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="kops-relay", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def is_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception:  # the database may be briefly unavailable; the next pass retries
+                log.exception("relay pass failed")
+            self._wake.wait(self.interval_s)
+            self._wake.clear()

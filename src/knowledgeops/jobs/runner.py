@@ -1,0 +1,159 @@
+"""`run_job(job_id)`: the one code path every worker runs, in every topology (DESIGN.md §1).
+
+The message is never trusted: the job is reloaded, claimed by compare-and-set, handed to the
+registered handler with a `JobContext`, and finished with a write fenced by the worker's lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol
+
+from knowledgeops.jobs.classify import classify
+from knowledgeops.jobs.heartbeat import Heartbeat
+from knowledgeops.jobs.model import Failure, Job, Lease
+from knowledgeops.jobs.retry import RetryPolicy
+from knowledgeops.jobs.states import JobStatus, Stage
+from knowledgeops.jobs.store import JobStore, LeaseLost, Work
+
+log = logging.getLogger(__name__)
+
+
+class Outcome(StrEnum):
+    COMPLETED = "completed"
+    RETRYING = "retrying"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # not runnable now (done, running elsewhere, not due, unknown)
+    LOST = "lost"  # the lease was lost mid-way (cancelled, rescued, deleted)
+    RELEASED = "released"  # given back because the worker is stopping
+
+
+class WorkerStopping(Exception):
+    """The worker is shutting down; the job goes back to the queue without using an attempt."""
+
+
+class JobContext:
+    """What a handler sees: the job, and fenced writes of progress (plus its own rows)."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        lease: Lease,
+        job: Job,
+        clock: Callable[[], datetime],
+        stopping: threading.Event,
+    ) -> None:
+        self.store = store
+        self.lease = lease
+        self.job = job
+        self.clock = clock
+        self._stopping = stopping
+
+    def report(
+        self,
+        *,
+        stage: Stage | None = None,
+        total: int | None = None,
+        processed: int | None = None,
+        work: Work | None = None,
+    ) -> None:
+        """Record progress (and run `work` in the same transaction). Raises LeaseLost when the
+        job was cancelled or taken away, WorkerStopping when this worker is shutting down."""
+        if self._stopping.is_set():
+            raise WorkerStopping
+        self.store.report(
+            self.lease, now=self.clock(), stage=stage, total=total, processed=processed, work=work
+        )
+
+
+class Handler(Protocol):
+    def __call__(self, ctx: JobContext) -> None: ...
+
+
+class Runner:
+    def __init__(
+        self,
+        store: JobStore,
+        handler: Handler,
+        *,
+        policy: RetryPolicy,
+        heartbeat: Heartbeat,
+        clock: Callable[[], datetime],
+        owner_prefix: str = "worker",
+    ) -> None:
+        self.store = store
+        self.handler = handler
+        self.policy = policy
+        self.heartbeat = heartbeat
+        self.clock = clock
+        self.owner = f"{owner_prefix}-{uuid.uuid4().hex[:12]}"
+        self.stopping = threading.Event()
+
+    def run_job(self, job_id: str) -> Outcome:
+        job = self.store.get(job_id)
+        if job is None or not self._runnable(job):
+            log.debug("job %s: skipped (%s)", job_id, job.status if job else "unknown")
+            return Outcome.SKIPPED
+        lease = self.store.claim(job_id, self.owner, now=self.clock())
+        if lease is None:
+            return Outcome.SKIPPED
+        claimed = self.store.get(job_id)
+        assert claimed is not None
+        log.info("job %s: attempt %d started by %s", job_id, lease.attempt, self.owner)
+        self.heartbeat.hold(lease)
+        try:
+            return self._run_claimed(claimed, lease)
+        finally:
+            self.heartbeat.drop(lease)
+
+    def _runnable(self, job: Job) -> bool:
+        if job.status is JobStatus.PENDING:
+            return True
+        return job.status is JobStatus.RETRYING and job.is_due(self.clock())
+
+    def _run_claimed(self, job: Job, lease: Lease) -> Outcome:
+        ctx = JobContext(self.store, lease, job, self.clock, self.stopping)
+        try:
+            self.handler(ctx)
+            self.store.complete(lease, now=self.clock())
+        except LeaseLost as lost:
+            log.warning("%s; this attempt's late writes were rejected", lost)
+            return Outcome.LOST
+        except WorkerStopping:
+            return self._release(lease)
+        except Exception as exc:
+            return self._fail(job, lease, exc)
+        log.info("job %s: completed", job.id)
+        return Outcome.COMPLETED
+
+    def _release(self, lease: Lease) -> Outcome:
+        try:
+            self.store.release(lease, now=self.clock())
+        except LeaseLost as lost:
+            log.warning("%s while releasing", lost)
+            return Outcome.LOST
+        log.info("job %s: released for another worker (shutting down)", lease.job_id)
+        return Outcome.RELEASED
+
+    def _fail(self, job: Job, lease: Lease, exc: Exception) -> Outcome:
+        error = classify(exc, job_id=job.id)
+        now = self.clock()
+        retry_at = self.policy.next_run_after(
+            error, attempt=lease.attempt, max_attempts=job.max_attempts, now=now
+        )
+        failure = Failure(error.message, error.code, error.category.value, error.retryable)
+        try:
+            self.store.fail(lease, failure, now=now, retry_at=retry_at)
+        except LeaseLost as lost:
+            log.warning("%s; its failure (%s) was not recorded", lost, error.code)
+            return Outcome.LOST
+        if retry_at is not None:
+            log.info("job %s: %s (%s); retry at %s", job.id, error.code, error.message, retry_at)
+            return Outcome.RETRYING
+        log.info("job %s: failed: %s (%s)", job.id, error.code, error.message)
+        return Outcome.FAILED

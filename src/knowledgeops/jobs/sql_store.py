@@ -1,0 +1,421 @@
+"""`JobStore` on SQLAlchemy Core: the same statements run on SQLite and PostgreSQL.
+
+Every status change is compare-and-set (`WHERE status = :seen AND version = :seen_version`), and a
+worker's writes are also fenced by `lease_owner` and `attempt`. A lost race is retried from a fresh
+read a few times before it is reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, and_, delete, exists, func, insert, or_, select, update
+
+from knowledgeops.db.engine import Database
+from knowledgeops.db.schema import ingest_jobs as J
+from knowledgeops.db.schema import outbox as O
+from knowledgeops.jobs import states
+from knowledgeops.jobs.model import Failure, Job, Lease, NewJob, OutboxItem
+from knowledgeops.jobs.states import Event, JobStatus, Stage
+from knowledgeops.jobs.store import JobNotFound, LeaseLost, TransitionListener, Tx, Work
+
+CAS_TRIES = 5
+
+
+def _job(row: Row[Any]) -> Job:
+    values = row._asdict()
+    values["status"] = JobStatus(values["status"])
+    values["stage"] = Stage(values["stage"])
+    return Job(**values)
+
+
+class SqlJobStore:
+    def __init__(self, db: Database, listener: TransitionListener | None = None) -> None:
+        self.db = db
+        self.listener = listener
+
+    # --- helpers --------------------------------------------------------------------------------
+    @contextmanager
+    def _tx(self, tx: Tx) -> Iterator[Connection]:
+        if tx is not None:
+            yield tx
+        else:
+            with self.db.write() as conn:
+                yield conn
+
+    @staticmethod
+    def _load(conn: Connection, job_id: str) -> Job | None:
+        row = conn.execute(select(J).where(J.c.id == job_id)).first()
+        return None if row is None else _job(row)
+
+    @staticmethod
+    def _add_outbox(conn: Connection, job_id: str, now: datetime, available_at: datetime) -> None:
+        conn.execute(
+            insert(O).values(
+                job_id=job_id, created_at=now, available_at=available_at, publish_attempts=0
+            )
+        )
+
+    def _cas(
+        self,
+        conn: Connection,
+        job: Job,
+        event: Event,
+        now: datetime,
+        values: dict[str, Any],
+        lease: Lease | None = None,
+    ) -> bool:
+        """Move `job` by `event` if nobody changed it since it was read; tell the listener."""
+        new_status = states.target(job.status, event)
+        stmt = update(J).where(
+            J.c.id == job.id, J.c.status == job.status.value, J.c.version == job.version
+        )
+        if lease is not None:
+            stmt = stmt.where(J.c.lease_owner == lease.owner, J.c.attempt == lease.attempt)
+        result = conn.execute(
+            stmt.values(
+                status=new_status.value, version=J.c.version + 1, updated_at=now, **values
+            )
+        )
+        if result.rowcount != 1:
+            return False
+        if self.listener is not None:
+            self.listener.on_transition(conn, job, new_status)
+        return True
+
+    def _transition(
+        self,
+        job_id: str,
+        event: Event,
+        now: datetime,
+        values: Callable[[Job], dict[str, Any]],
+        *,
+        lease: Lease | None = None,
+        outbox_at: Callable[[Job], datetime | None] | None = None,
+    ) -> Job:
+        for _ in range(CAS_TRIES):
+            with self.db.write() as conn:
+                job = self._load(conn, job_id)
+                if job is None:
+                    if lease is not None:
+                        raise LeaseLost(lease, None)
+                    raise JobNotFound(job_id)
+                if lease is not None and not _holds(job, lease):
+                    raise LeaseLost(lease, job.status)
+                if self._cas(conn, job, event, now, values(job), lease):
+                    available = outbox_at(job) if outbox_at else None
+                    if available is not None:
+                        self._add_outbox(conn, job_id, now, available)
+                    loaded = self._load(conn, job_id)
+                    assert loaded is not None
+                    return loaded
+        raise states.InvalidTransition(f"job {job_id} kept changing; try again")
+
+    # --- creating and reading -------------------------------------------------------------------
+    def add(self, new: NewJob, *, now: datetime, tx: Tx = None) -> Job:
+        with self._tx(tx) as conn:
+            conn.execute(
+                insert(J).values(
+                    id=new.id,
+                    document_id=new.document_id,
+                    dataset_id=new.dataset_id,
+                    kind=new.kind,
+                    generation=new.generation,
+                    status=JobStatus.PENDING.value,
+                    stage=Stage.QUEUED.value,
+                    processed_chunks=0,
+                    retryable=False,
+                    attempt=0,
+                    max_attempts=new.max_attempts,
+                    version=1,
+                    idempotency_key=new.idempotency_key,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            self._add_outbox(conn, new.id, now, now)
+            job = self._load(conn, new.id)
+            assert job is not None
+            return job
+
+    def get(self, job_id: str) -> Job | None:
+        with self.db.read() as conn:
+            return self._load(conn, job_id)
+
+    def find_by_idempotency_key(self, key: str) -> Job | None:
+        with self.db.read() as conn:
+            row = conn.execute(select(J).where(J.c.idempotency_key == key)).first()
+            return None if row is None else _job(row)
+
+    # --- a worker's writes ----------------------------------------------------------------------
+    def claim(self, job_id: str, owner: str, *, now: datetime) -> Lease | None:
+        with self.db.write() as conn:
+            job = self._load(conn, job_id)
+            if job is None or job.status not in states.sources(Event.CLAIM):
+                return None
+            if not job.is_due(now):
+                return None
+            attempt = job.attempt + 1
+            claimed = self._cas(
+                conn,
+                job,
+                Event.CLAIM,
+                now,
+                {
+                    "attempt": attempt,
+                    "lease_owner": owner,
+                    "heartbeat_at": now,
+                    "started_at": now,
+                    "finished_at": None,
+                    "stage": Stage.QUEUED.value,
+                    "total_chunks": None,
+                    "processed_chunks": 0,
+                    "run_after": None,
+                },
+            )
+            return Lease(job_id, owner, attempt) if claimed else None
+
+    def _fenced(self, lease: Lease) -> Any:
+        return update(J).where(
+            J.c.id == lease.job_id,
+            J.c.status == JobStatus.RUNNING.value,
+            J.c.lease_owner == lease.owner,
+            J.c.attempt == lease.attempt,
+        )
+
+    def report(
+        self,
+        lease: Lease,
+        *,
+        now: datetime,
+        stage: Stage | None = None,
+        total: int | None = None,
+        processed: int | None = None,
+        work: Work | None = None,
+    ) -> None:
+        values: dict[str, Any] = {"heartbeat_at": now, "updated_at": now}
+        if stage is not None:
+            values["stage"] = stage.value
+        if total is not None:
+            values["total_chunks"] = total
+        if processed is not None:
+            values["processed_chunks"] = processed
+        with self.db.write() as conn:
+            result = conn.execute(self._fenced(lease).values(version=J.c.version + 1, **values))
+            if result.rowcount != 1:
+                job = self._load(conn, lease.job_id)
+                raise LeaseLost(lease, job.status if job else None)
+            if work is not None:
+                work(conn)
+
+    def heartbeat(self, leases: Sequence[Lease], *, now: datetime) -> list[Lease]:
+        lost = []
+        with self.db.write() as conn:
+            for lease in leases:
+                result = conn.execute(self._fenced(lease).values(heartbeat_at=now))
+                if result.rowcount != 1:
+                    lost.append(lease)
+        return lost
+
+    def complete(self, lease: Lease, *, now: datetime) -> Job:
+        return self._transition(
+            lease.job_id,
+            Event.COMPLETE,
+            now,
+            lambda job: {
+                "stage": Stage.DONE.value,
+                "finished_at": now,
+                "lease_owner": None,
+                "error": None,
+                "error_code": None,
+                "error_category": None,
+                "retryable": False,
+            },
+            lease=lease,
+        )
+
+    def fail(
+        self, lease: Lease, failure: Failure, *, now: datetime, retry_at: datetime | None
+    ) -> Job:
+        event = Event.FAIL if retry_at is None else Event.RETRY_LATER
+        return self._transition(
+            lease.job_id,
+            event,
+            now,
+            lambda job: _failure_values(failure, now, retry_at),
+            lease=lease,
+            outbox_at=lambda job: retry_at,
+        )
+
+    def release(self, lease: Lease, *, now: datetime) -> Job:
+        return self._transition(
+            lease.job_id,
+            Event.RETRY_LATER,
+            now,
+            lambda job: {
+                "attempt": job.attempt - 1,
+                "lease_owner": None,
+                "run_after": now,
+                "stage": Stage.QUEUED.value,
+            },
+            lease=lease,
+            outbox_at=lambda job: now,
+        )
+
+    # --- operator actions -----------------------------------------------------------------------
+    def cancel(self, job_id: str, *, now: datetime) -> Job:
+        return self._transition(
+            job_id,
+            Event.CANCEL,
+            now,
+            lambda job: {
+                "finished_at": now,
+                "lease_owner": None,
+                "run_after": None,
+                "error": "cancelled on request",
+                "error_code": "cancelled",
+                "error_category": None,
+                "retryable": True,
+            },
+        )
+
+    def requeue(self, job_id: str, *, now: datetime, extra_attempts: int) -> Job:
+        return self._transition(
+            job_id,
+            Event.REQUEUE,
+            now,
+            lambda job: {
+                "max_attempts": job.attempt + extra_attempts,
+                "stage": Stage.QUEUED.value,
+                "finished_at": None,
+                "run_after": None,
+                "error": None,
+                "error_code": None,
+                "error_category": None,
+                "retryable": False,
+                "total_chunks": None,
+                "processed_chunks": 0,
+            },
+            outbox_at=lambda job: now,
+        )
+
+    # --- the relay's scans ----------------------------------------------------------------------
+    def rescue_stale(
+        self,
+        *,
+        stale_before: datetime,
+        now: datetime,
+        failure: Failure,
+        retry_at: Callable[[Job], datetime | None],
+    ) -> list[Job]:
+        with self.db.read() as conn:
+            ids = conn.scalars(
+                select(J.c.id).where(
+                    J.c.status == JobStatus.RUNNING.value,
+                    or_(J.c.heartbeat_at.is_(None), J.c.heartbeat_at < stale_before),
+                )
+            ).all()
+        rescued = []
+        for job_id in ids:
+            with self.db.write() as conn:
+                job = self._load(conn, job_id)
+                if job is None or job.status is not JobStatus.RUNNING:
+                    continue
+                if job.heartbeat_at is not None and job.heartbeat_at >= stale_before:
+                    continue
+                when = retry_at(job)
+                event = Event.FAIL if when is None else Event.RETRY_LATER
+                values = _failure_values(failure, now, when)
+                if self._cas(conn, job, event, now, values):
+                    if when is not None:
+                        self._add_outbox(conn, job_id, now, when)
+                    loaded = self._load(conn, job_id)
+                    assert loaded is not None
+                    rescued.append(loaded)
+        return rescued
+
+    def due_outbox(self, *, now: datetime, limit: int) -> list[OutboxItem]:
+        with self.db.read() as conn:
+            stmt = (
+                select(O.c.id, O.c.job_id, O.c.publish_attempts)
+                .where(O.c.published_at.is_(None), O.c.available_at <= now)
+                .order_by(O.c.id)
+                .limit(limit)
+            )
+            return [OutboxItem(r.id, r.job_id, r.publish_attempts) for r in conn.execute(stmt)]
+
+    def mark_published(self, item_ids: Sequence[int], *, now: datetime) -> None:
+        if not item_ids:
+            return
+        with self.db.write() as conn:
+            conn.execute(
+                update(O)
+                .where(O.c.id.in_(item_ids))
+                .values(published_at=now, publish_attempts=O.c.publish_attempts + 1)
+            )
+
+    def mark_publish_failed(self, item_id: int, error: str) -> None:
+        with self.db.write() as conn:
+            conn.execute(
+                update(O)
+                .where(O.c.id == item_id)
+                .values(publish_attempts=O.c.publish_attempts + 1, last_error=error[:2000])
+            )
+
+    def requeue_unclaimed(self, *, published_before: datetime, now: datetime) -> int:
+        recent = exists().where(
+            O.c.job_id == J.c.id,
+            or_(O.c.published_at.is_(None), O.c.published_at >= published_before),
+        )
+        runnable = select(J.c.id).where(
+            J.c.status.in_([JobStatus.PENDING.value, JobStatus.RETRYING.value]),
+            or_(J.c.run_after.is_(None), J.c.run_after <= now),
+            ~recent,
+        )
+        with self.db.write() as conn:
+            ids = conn.scalars(runnable).all()
+            for job_id in ids:
+                self._add_outbox(conn, job_id, now, now)
+            return len(ids)
+
+    def prune_outbox(self, *, published_before: datetime) -> int:
+        with self.db.write() as conn:
+            result = conn.execute(
+                delete(O).where(O.c.published_at.is_not(None), O.c.published_at < published_before)
+            )
+            return int(result.rowcount)
+
+    def outbox_backlog(self, *, now: datetime) -> tuple[int, float]:
+        with self.db.read() as conn:
+            row = conn.execute(
+                select(func.count(), func.min(O.c.available_at)).where(
+                    and_(O.c.published_at.is_(None), O.c.available_at <= now)
+                )
+            ).one()
+        count, oldest = row
+        if not count or oldest is None:
+            return 0, 0.0
+        return int(count), max(0.0, (now - oldest).total_seconds())
+
+
+def _holds(job: Job, lease: Lease) -> bool:
+    return (
+        job.status is JobStatus.RUNNING
+        and job.lease_owner == lease.owner
+        and job.attempt == lease.attempt
+    )
+
+
+def _failure_values(failure: Failure, now: datetime, retry_at: datetime | None) -> dict[str, Any]:
+    return {
+        "error": failure.message,
+        "error_code": failure.code,
+        "error_category": failure.category,
+        "retryable": failure.retryable,
+        "lease_owner": None,
+        "run_after": retry_at,
+        "finished_at": None if retry_at is not None else now,
+    }

@@ -1,0 +1,47 @@
+"""Worker threads of the embedded default: each takes a job id from the in-process queue and
+runs it through the shared `Runner`."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from knowledgeops.jobs.inprocess import InProcessQueue
+from knowledgeops.jobs.runner import Runner
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.5  # s: how long a idle worker waits on the queue before checking for shutdown
+
+
+class WorkerPool:
+    def __init__(self, queue: InProcessQueue, runner: Runner, size: int) -> None:
+        self.queue = queue
+        self.runner = runner
+        self.size = size
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for n in range(self.size):
+            thread = threading.Thread(target=self._work, name=f"kops-worker-{n}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop taking jobs; running jobs give themselves back at their next progress write."""
+        self.runner.stopping.set()
+        for thread in self._threads:
+            thread.join(timeout=timeout)
+
+    def alive(self) -> int:
+        return sum(thread.is_alive() for thread in self._threads)
+
+    def _work(self) -> None:
+        while not self.runner.stopping.is_set():
+            job_id = self.queue.get(timeout=POLL_S)
+            if job_id is None:
+                continue
+            try:
+                self.runner.run_job(job_id)
+            except Exception:  # run_job classifies job errors; this is the database failing
+                log.exception("job %s: could not be run; the relay will offer it again", job_id)

@@ -1,0 +1,111 @@
+"""One `Settings` object for the whole service, read from `KOPS_*` environment variables (and `.env`).
+
+Validated at start-up: a bad value stops the process with a message that names the setting.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import Path
+from typing import Literal, Self
+
+from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MODEL_MAX_TOKENS = 256  # all-MiniLM-L6-v2 reads at most 256 tokens, [CLS] and [SEP] included
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="KOPS_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+    )
+
+    # where things live
+    data_dir: Path = Field(Path("./kops-data"), description="Folder for the database and files.")
+    database_url: SecretStr | None = Field(
+        None, description="SQLAlchemy URL; default: a SQLite file in data_dir."
+    )
+
+    # HTTP
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    max_upload_mb: float = Field(100.0, gt=0, description="Largest accepted upload, in MiB.")
+
+    # workers
+    workers: int = Field(2, ge=1, le=64, description="Worker threads in the embedded default.")
+    heartbeat_interval_s: float = Field(5.0, gt=0)  # s
+    stale_after_s: float = Field(60.0, gt=0)  # s: a running job silent this long is rescued
+    max_attempts: int = Field(3, ge=1, le=20)
+    backoff_base_s: float = Field(2.0, gt=0)  # s: first retry waits up to this
+    backoff_max_s: float = Field(300.0, gt=0)  # s: no retry waits longer
+    relay_interval_s: float = Field(1.0, gt=0)  # s: how often the relay scans
+    republish_after_s: float = Field(300.0, gt=0)  # s: re-publish a pending job nobody claimed
+
+    # ingestion
+    embedder: Literal["local"] = "local"
+    model_threads: int = Field(0, ge=0, description="Torch threads for the model; 0 = all cores.")
+    embed_batch_size: int = Field(32, ge=1, le=1024)
+    chunk_size: int = Field(200, ge=16, description="Tokens per chunk (model tokenizer).")
+    chunk_overlap: int = Field(30, ge=0, description="Tokens shared by neighbouring chunks.")
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @model_validator(mode="after")
+    def _check_chunking(self) -> Self:
+        if self.chunk_size > MODEL_MAX_TOKENS - 2:
+            raise ValueError(
+                f"chunk_size {self.chunk_size} is more than the model reads "
+                f"({MODEL_MAX_TOKENS - 2} tokens plus 2 special tokens)"
+            )
+        if self.chunk_overlap >= self.chunk_size // 2:
+            raise ValueError(
+                f"chunk_overlap {self.chunk_overlap} must be less than half of "
+                f"chunk_size {self.chunk_size}"
+            )
+        if self.backoff_max_s < self.backoff_base_s:
+            raise ValueError("backoff_max_s must not be less than backoff_base_s")
+        return self
+
+    @cached_property
+    def resolved_database_url(self) -> str:
+        if self.database_url is not None:
+            return self.database_url.get_secret_value()
+        return f"sqlite:///{(self.data_dir / 'kops.db').resolve()}"
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return int(self.max_upload_mb * 1024 * 1024)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.resolved_database_url.startswith("sqlite")
+
+    def describe(self) -> dict[str, object]:
+        """The settings as safe to log: secrets say only whether they are set."""
+        shown: dict[str, object] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            shown[name] = ("set" if value is not None else "not set") if isinstance(
+                value, SecretStr
+            ) or name == "database_url" else value
+        return shown
+
+
+class SettingsError(Exception):
+    """Settings are invalid; the message names each setting and what is wrong."""
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from the environment, turning validation errors into one clear message."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(part) for part in err["loc"]) or "settings"
+            env = f"KOPS_{loc.upper()}" if err["loc"] else "settings"
+            shown = os.environ.get(env, "") if "url" not in loc and "key" not in loc else "…"
+            got = f" (got {shown!r})" if shown else ""
+            lines.append(f"{env}: {err['msg']}{got}")
+        raise SettingsError("invalid settings:\n  " + "\n  ".join(lines)) from None
