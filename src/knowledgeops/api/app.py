@@ -1,0 +1,43 @@
+"""The FastAPI application for a runtime. The OpenAPI page is at /api/docs (/docs is the
+documents API)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from knowledgeops import __version__
+from knowledgeops.api import errors
+from knowledgeops.api.routes import datasets, documents, health, jobs, search, uploads
+from knowledgeops.runtime import Embedded
+
+
+def create_app(runtime: Embedded, *, manage_runtime: bool = True) -> FastAPI:
+    """`manage_runtime`: start the runtime with the app and stop it on shutdown."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if manage_runtime:
+            runtime.start()
+        try:
+            yield
+        finally:
+            if manage_runtime:
+                runtime.stop()
+
+    app = FastAPI(
+        title="KnowledgeOps",
+        version=__version__,
+        summary="Reliable document ingestion for retrieval-augmented generation.",
+        docs_url="/api/docs",
+        redoc_url=None,
+        openapi_url="/api/openapi.json",
+        lifespan=lifespan,
+    )
+    app.state.runtime = runtime
+    errors.install(app)
+    for module in (health, uploads, jobs, documents, datasets, search):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,87 @@
+"""Errors become HTTP responses here, and only here: `{"error": "...", "code": "..."}` everywhere."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from knowledgeops.errors import RequestError, ServiceUnavailable
+from knowledgeops.jobs.store import JobNotFound
+
+log = logging.getLogger(__name__)
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+
+
+def error_body(message: str, code: str, **extra: Any) -> dict[str, Any]:
+    return {"error": message, "code": code, **extra}
+
+
+def _field_name(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "body"
+
+
+async def on_request_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestError)
+    headers = {}
+    if isinstance(exc, ServiceUnavailable):
+        headers["Retry-After"] = str(exc.retry_after_s)
+    return JSONResponse(error_body(exc.message, exc.code), exc.status_code, headers=headers)
+
+
+async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        detail = next(e for e in errors if e.get("type") == "json_invalid")
+        reason = detail.get("ctx", {}).get("error", "invalid JSON")
+        return JSONResponse(error_body(f"malformed JSON body: {reason}", "invalid_json"), 400)
+    fields = [{"field": _field_name(tuple(e["loc"])), "message": e["msg"]} for e in errors]
+    message = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
+    return JSONResponse(error_body(message, "validation_error", fields=fields), 422)
+
+
+async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    message = str(exc.detail) if exc.status_code != 404 else "no such endpoint"
+    return JSONResponse(error_body(message, code), exc.status_code, headers=exc.headers)
+
+
+async def on_job_not_found(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse(error_body("job not found", "job_not_found"), 404)
+
+
+async def on_database_down(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("database unavailable: %s", exc)
+    return JSONResponse(
+        error_body("the database is unavailable; try again shortly", "database_unavailable"),
+        503,
+        headers={"Retry-After": "5"},
+    )
+
+
+async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    reference = secrets.token_hex(4)
+    log.error("unexpected error on %s %s (reference %s)", request.method, request.url.path,
+              reference, exc_info=exc)
+    return JSONResponse(
+        error_body(f"internal error (reference {reference})", "internal_error"), 500
+    )
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(RequestError, on_request_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(JobNotFound, on_job_not_found)
+    app.add_exception_handler(OperationalError, on_database_down)
+    app.add_exception_handler(Exception, on_unexpected)

@@ -1,0 +1,83 @@
+"""Datasets: create, read, update, delete, list; and their documents."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Response
+
+from knowledgeops.api.deps import DatasetId, Limit, PageNo, RuntimeDep
+from knowledgeops.api.schemas import (
+    DatasetCreate,
+    DatasetPublic,
+    DatasetUpdate,
+    DocumentPublic,
+    ErrorPublic,
+    Listing,
+    listing,
+)
+
+router = APIRouter(prefix="/datasets", tags=["datasets"])
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorPublic}}
+CONFLICT: dict[int | str, dict[str, Any]] = {409: {"model": ErrorPublic}}
+DocumentStatus = Literal["pending", "processing", "ready", "failed", "cancelled"]
+
+
+@router.get("", response_model=Listing[DatasetPublic], summary="List datasets, oldest first")
+def list_datasets(runtime: RuntimeDep, page: PageNo = 1, limit: Limit = 20) -> Any:
+    return listing(runtime.datasets.list(page=page, limit=limit), DatasetPublic)
+
+
+@router.post(
+    "", response_model=DatasetPublic, status_code=201, responses=CONFLICT, summary="Create"
+)
+def create_dataset(body: DatasetCreate, runtime: RuntimeDep, response: Response) -> Any:
+    created = runtime.datasets.create(
+        body.name, body.description, body.chunk_size, body.chunk_overlap
+    )
+    response.headers["Location"] = f"/datasets/{created.id}"
+    return created
+
+
+@router.get("/{dataset_id}", response_model=DatasetPublic, responses=NOT_FOUND, summary="Read")
+def get_dataset(dataset_id: DatasetId, runtime: RuntimeDep) -> Any:
+    return runtime.datasets.get(dataset_id)
+
+
+@router.patch(
+    "/{dataset_id}",
+    response_model=DatasetPublic,
+    responses={**NOT_FOUND, **CONFLICT},
+    summary="Update; new chunk settings apply to documents ingested or reindexed from now on",
+)
+def update_dataset(dataset_id: DatasetId, body: DatasetUpdate, runtime: RuntimeDep) -> Any:
+    return runtime.datasets.update(dataset_id, body.model_dump(exclude_unset=True))
+
+
+@router.delete(
+    "/{dataset_id}",
+    status_code=204,
+    responses={**NOT_FOUND, **CONFLICT},
+    summary="Delete the dataset with its documents, jobs and chunks",
+)
+def delete_dataset(dataset_id: DatasetId, runtime: RuntimeDep) -> Response:
+    runtime.datasets.delete(dataset_id)
+    return Response(status_code=204)
+
+
+@router.get(
+    "/{dataset_id}/documents",
+    response_model=Listing[DocumentPublic],
+    responses=NOT_FOUND,
+    summary="List the dataset's documents, newest first",
+)
+def list_documents(
+    dataset_id: DatasetId,
+    runtime: RuntimeDep,
+    status: DocumentStatus | None = None,
+    page: PageNo = 1,
+    limit: Limit = 20,
+) -> Any:
+    runtime.datasets.get(dataset_id)
+    found = runtime.documents.list(dataset_id, status=status, page=page, limit=limit)
+    return listing(found, DocumentPublic)

@@ -1,0 +1,42 @@
+"""Documents: read, delete, reindex."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response
+
+from knowledgeops.api.deps import DocumentId, RuntimeDep
+from knowledgeops.api.schemas import DocumentPublic, ErrorPublic, ReindexAccepted
+
+router = APIRouter(prefix="/docs/documents", tags=["documents"])
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorPublic}}
+
+
+@router.get("/{document_id}", response_model=DocumentPublic, responses=NOT_FOUND, summary="Read")
+def get_document(document_id: DocumentId, runtime: RuntimeDep) -> Any:
+    return runtime.documents.get(document_id)
+
+
+@router.delete(
+    "/{document_id}",
+    status_code=204,
+    responses=NOT_FOUND,
+    summary="Delete the document; its chunks leave the index at once",
+)
+def delete_document(document_id: DocumentId, runtime: RuntimeDep) -> Response:
+    runtime.documents.delete(document_id)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{document_id}/reindex",
+    status_code=202,
+    response_model=ReindexAccepted,
+    responses={**NOT_FOUND, 409: {"model": ErrorPublic}},
+    summary="Process the document again as a new generation (the current one stays searchable)",
+)
+def reindex_document(document_id: DocumentId, runtime: RuntimeDep, response: Response) -> Any:
+    job_id = runtime.documents.reindex(document_id)
+    response.headers["Location"] = f"/docs/jobs/{job_id}"
+    return ReindexAccepted(job_id=job_id, document_id=document_id, status="pending")

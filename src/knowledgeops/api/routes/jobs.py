@@ -1,0 +1,56 @@
+"""Jobs: read one, list, cancel, retry."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from knowledgeops.api.deps import UUID_PATTERN, JobId, Limit, PageNo, RuntimeDep
+from knowledgeops.api.schemas import ErrorPublic, JobPublic, Listing, listing
+from knowledgeops.jobs.states import JobStatus
+
+router = APIRouter(prefix="/docs/jobs", tags=["jobs"])
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorPublic}}
+CONFLICT: dict[int | str, dict[str, Any]] = {409: {"model": ErrorPublic}}
+
+
+@router.get("", response_model=Listing[JobPublic], summary="List jobs, newest first")
+def list_jobs(
+    runtime: RuntimeDep,
+    status: JobStatus | None = None,
+    dataset_id: Annotated[str | None, Query(alias="datasetId", pattern=UUID_PATTERN)] = None,
+    document_id: Annotated[str | None, Query(alias="documentId", pattern=UUID_PATTERN)] = None,
+    page: PageNo = 1,
+    limit: Limit = 20,
+) -> Any:
+    found = runtime.jobs.list(
+        status=status, dataset_id=dataset_id, document_id=document_id, page=page, limit=limit
+    )
+    return listing(found, JobPublic)
+
+
+@router.get("/{job_id}", response_model=JobPublic, responses=NOT_FOUND, summary="Read a job")
+def get_job(job_id: JobId, runtime: RuntimeDep) -> Any:
+    return runtime.jobs.get(job_id)
+
+
+@router.post(
+    "/{job_id}/cancel",
+    response_model=JobPublic,
+    responses={**NOT_FOUND, **CONFLICT},
+    summary="Cancel a pending, retrying or running job (it stops at its next batch)",
+)
+def cancel_job(job_id: JobId, runtime: RuntimeDep) -> Any:
+    return runtime.jobs.cancel(job_id)
+
+
+@router.post(
+    "/{job_id}/retry",
+    response_model=JobPublic,
+    status_code=202,
+    responses={**NOT_FOUND, **CONFLICT},
+    summary="Run a failed or cancelled job again",
+)
+def retry_job(job_id: JobId, runtime: RuntimeDep) -> Any:
+    return runtime.jobs.retry(job_id)

@@ -1,0 +1,43 @@
+"""POST /datasets/{id}/search: vector, keyword or hybrid."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from knowledgeops.api.deps import DatasetId, RuntimeDep
+from knowledgeops.api.schemas import ErrorPublic, SearchHitPublic, SearchRequest, SearchResults
+from knowledgeops.service.search import SearchMode
+
+router = APIRouter(tags=["search"])
+
+
+@router.post(
+    "/datasets/{dataset_id}/search",
+    response_model=SearchResults,
+    responses={404: {"model": ErrorPublic}},
+    summary="Find the chunks that answer a query",
+)
+def search(dataset_id: DatasetId, body: SearchRequest, runtime: RuntimeDep) -> Any:
+    hits = runtime.search.search(
+        dataset_id, body.query, top_k=body.top_k, mode=SearchMode(body.mode)
+    )
+    return SearchResults(
+        query=body.query,
+        mode=body.mode,
+        results=[
+            SearchHitPublic(
+                chunk_id=h.chunk_id,
+                document_id=h.document_id,
+                file_name=h.file_name,
+                ordinal=h.ordinal,
+                text=h.text,
+                score=h.score,
+                page=h.page_start,
+                page_end=h.page_end,
+                section=h.section,
+            )
+            for h in hits
+        ],
+    )

@@ -1,0 +1,89 @@
+"""POST /docs/upload: store the file and the intent, answer 202 with the job id. No parsing here."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from knowledgeops.api.deps import UUID_PATTERN, RuntimeDep
+from knowledgeops.api.schemas import ErrorPublic, UploadAccepted
+from knowledgeops.api.upload_stream import receive_upload
+from knowledgeops.errors import InvalidRequest
+from knowledgeops.service.uploads import check_idempotency_key
+
+router = APIRouter(tags=["documents"])
+
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary"},
+                        "datasetId": {"type": "string", "format": "uuid"},
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+@router.post(
+    "/docs/upload",
+    status_code=202,
+    response_model=UploadAccepted,
+    summary="Upload a document; it is processed in the background",
+    openapi_extra=_UPLOAD_BODY,
+    responses={
+        200: {"model": UploadAccepted, "description": "These bytes were uploaded before."},
+        400: {"model": ErrorPublic},
+        404: {"model": ErrorPublic},
+        409: {"model": ErrorPublic},
+        413: {"model": ErrorPublic},
+        415: {"model": ErrorPublic},
+    },
+)
+async def upload(
+    request: Request,
+    runtime: RuntimeDep,
+    dataset_id: Annotated[str | None, Query(alias="datasetId", pattern=UUID_PATTERN)] = None,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+) -> JSONResponse:
+    key = check_idempotency_key(idempotency_key)
+    received = await receive_upload(request, runtime.blobs, runtime.settings.max_upload_bytes)
+    dataset = received.fields.get("datasetId", dataset_id)
+    if dataset is not None and not _is_uuid(dataset):
+        received.staged.discard()
+        raise InvalidRequest("datasetId: not a valid id", code="validation_error")
+    accepted = await run_in_threadpool(
+        runtime.uploads.accept,
+        received.staged,
+        file_name=received.file_name,
+        declared_type=received.declared_type,
+        dataset_id=dataset,
+        idempotency_key=key,
+    )
+    body = UploadAccepted(
+        job_id=accepted.job.id,
+        document_id=accepted.document_id,
+        status=accepted.job.status,
+        duplicate=not accepted.created,
+    )
+    return JSONResponse(
+        body.model_dump(by_alias=True),
+        status_code=202 if accepted.created else 200,
+        headers={"Location": f"/docs/jobs/{accepted.job.id}"},
+    )
+
+
+def _is_uuid(value: str) -> bool:
+    import re
+
+    return re.fullmatch(UUID_PATTERN, value) is not None

@@ -1,0 +1,155 @@
+"""Request and response bodies, in camelCase (the original API's contract, DESIGN.md §9).
+
+Named for their direction: `…Create`, `…Update`, `…Public`, `…sPublic`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from knowledgeops.service.views import Page
+
+T = TypeVar("T")
+
+
+class Camel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, from_attributes=True)
+
+
+class ErrorPublic(Camel):
+    error: str = Field(description="What went wrong, for a person.")
+    code: str = Field(description="What went wrong, for a program.")
+    fields: list[dict[str, str]] | None = None
+
+
+class UploadAccepted(Camel):
+    job_id: str
+    document_id: str
+    status: str
+    duplicate: bool = Field(False, description="True when these bytes were already uploaded.")
+
+
+class JobPublic(Camel):
+    id: str
+    kind: str
+    status: str
+    stage: str
+    file_name: str
+    file_size: int
+    total_chunks: int | None
+    processed_chunks: int
+    error: str | None
+    error_code: str | None
+    error_category: str | None
+    retryable: bool
+    retries: int
+    attempt: int
+    max_attempts: int
+    run_after: datetime | None
+    heartbeat_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    document_id: str
+    dataset_id: str
+
+
+class DatasetCreate(Camel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=200)
+    description: str = Field("", max_length=10_000)
+    chunk_size: int | None = Field(None, ge=16, le=254, description="Tokens per chunk.")
+    chunk_overlap: int | None = Field(None, ge=0, le=126, description="Tokens shared.")
+
+
+class DatasetUpdate(Camel):
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = Field(None, min_length=1, max_length=200)
+    description: str | None = Field(None, max_length=10_000)
+    chunk_size: int | None = Field(None, ge=16, le=254)
+    chunk_overlap: int | None = Field(None, ge=0, le=126)
+
+
+class DatasetPublic(Camel):
+    id: str
+    name: str
+    description: str
+    embedding_model: str
+    chunk_size: int
+    chunk_overlap: int
+    is_default: bool
+    document_count: int
+    chunk_count: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class DocumentPublic(Camel):
+    id: str
+    dataset_id: str
+    file_name: str
+    file_size: int
+    content_type: str
+    sha256: str
+    status: str
+    searchable: bool
+    chunk_count: int
+    page_count: int | None
+    active_generation: int | None
+    latest_job_id: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class ReindexAccepted(Camel):
+    job_id: str
+    document_id: str
+    status: str
+
+
+class SearchRequest(Camel):
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(min_length=1, max_length=2000)
+    top_k: int = Field(5, ge=1, le=100)
+    mode: Literal["hybrid", "vector", "keyword"] = "hybrid"
+
+
+class SearchHitPublic(Camel):
+    chunk_id: str
+    document_id: str
+    file_name: str
+    ordinal: int
+    text: str
+    score: float
+    page: int | None = Field(description="First page of the chunk (PDF), else null.")
+    page_end: int | None
+    section: str | None
+
+
+class SearchResults(Camel):
+    query: str
+    mode: str
+    results: list[SearchHitPublic]
+
+
+class Listing(Camel, Generic[T]):
+    items: list[T]
+    total: int
+    page: int
+    limit: int
+    has_more: bool
+
+
+def listing(page: Page[Any], model: type[Camel]) -> dict[str, Any]:
+    return {
+        "items": [model.model_validate(item) for item in page.items],
+        "total": page.total,
+        "page": page.page,
+        "limit": page.limit,
+        "has_more": page.has_more,
+    }

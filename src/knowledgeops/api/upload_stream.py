@@ -1,0 +1,147 @@
+"""Receiving a multipart upload as a stream: the file goes straight to disk, hashed as it arrives,
+and the request is refused with 413 the moment it passes the size limit. The upload is never held
+in memory whole (Starlette's own form parser would spool it all before we could look).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.requests import ClientDisconnect, Request
+
+from knowledgeops.blobs import LocalBlobStore, StagedFile
+from knowledgeops.errors import InvalidRequest, PayloadTooLarge
+
+FILE_FIELD = "file"
+MAX_FIELD_BYTES = 64 * 1024  # bytes: a plain form field (datasetId) is small
+MULTIPART_OVERHEAD = 1024 * 1024  # bytes allowed on top of the file for boundaries and fields
+
+
+@dataclass
+class ReceivedUpload:
+    staged: StagedFile
+    file_name: str | None
+    declared_type: str | None
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+class _Receiver:
+    def __init__(self, blobs: LocalBlobStore, max_bytes: int) -> None:
+        self.blobs = blobs
+        self.max_bytes = max_bytes
+        self.fields: dict[str, str] = {}
+        self.staged: StagedFile | None = None
+        self.file_name: str | None = None
+        self.declared_type: str | None = None
+        self._headers: dict[bytes, bytes] = {}
+        self._header_field = b""
+        self._header_value = b""
+        self._field_name: str | None = None
+        self._field_value = bytearray()
+        self._into_file = False
+
+    # python-multipart callbacks -----------------------------------------------------------------
+    def on_part_begin(self) -> None:
+        self._headers = {}
+        self._field_name = None
+        self._field_value = bytearray()
+        self._into_file = False
+
+    def on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self._header_field += data[start:end]
+
+    def on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self._header_value += data[start:end]
+
+    def on_header_end(self) -> None:
+        self._headers[self._header_field.lower()] = self._header_value
+        self._header_field = b""
+        self._header_value = b""
+
+    def on_headers_finished(self) -> None:
+        _, options = parse_options_header(self._headers.get(b"content-disposition", b""))
+        name = options.get(b"name", b"").decode("utf-8", "replace")
+        filename = options.get(b"filename")
+        if filename is None:
+            self._field_name = name
+            return
+        if name != FILE_FIELD:
+            raise InvalidRequest(
+                f"unexpected file field {name!r}; send the document in a field named 'file'",
+                code="unexpected_field",
+            )
+        if self.staged is not None:
+            raise InvalidRequest("send one file per request", code="too_many_files")
+        self.file_name = filename.decode("utf-8", "replace")
+        declared = self._headers.get(b"content-type")
+        self.declared_type = declared.decode("latin-1").strip() if declared else None
+        self.staged = self.blobs.stage(self.max_bytes)
+        self._into_file = True
+
+    def on_part_data(self, data: bytes, start: int, end: int) -> None:
+        if self._into_file:
+            assert self.staged is not None
+            self.staged.write(data[start:end])
+            return
+        self._field_value += data[start:end]
+        if len(self._field_value) > MAX_FIELD_BYTES:
+            raise InvalidRequest(f"form field {self._field_name!r} is too long", code="field_too_long")
+
+    def on_part_end(self) -> None:
+        if not self._into_file and self._field_name:
+            self.fields[self._field_name] = self._field_value.decode("utf-8", "replace")
+        self._into_file = False
+
+
+async def receive_upload(request: Request, blobs: LocalBlobStore, max_bytes: int) -> ReceivedUpload:
+    content_type, options = parse_options_header(request.headers.get("content-type", ""))
+    boundary = options.get(b"boundary")
+    if content_type != b"multipart/form-data" or not boundary:
+        raise InvalidRequest(
+            "send the document as multipart/form-data with a field named 'file' "
+            "(curl -F file=@PATH …)",
+            code="not_multipart",
+        )
+    declared_length = request.headers.get("content-length", "")
+    if declared_length.isdigit() and int(declared_length) > max_bytes + MULTIPART_OVERHEAD:
+        limit_mb = max_bytes / 1024 / 1024
+        raise PayloadTooLarge(
+            f"the upload is larger than this server accepts ({limit_mb:g} MB); split it or ask "
+            "the operator to raise KOPS_MAX_UPLOAD_MB"
+        )
+    receiver = _Receiver(blobs, max_bytes)
+    callbacks = {
+        name: getattr(receiver, name)
+        for name in (
+            "on_part_begin",
+            "on_header_field",
+            "on_header_value",
+            "on_header_end",
+            "on_headers_finished",
+            "on_part_data",
+            "on_part_end",
+        )
+    }
+    parser = MultipartParser(boundary, callbacks)  # type: ignore[arg-type]
+    try:
+        async for chunk in request.stream():
+            parser.write(chunk)
+        parser.finalize()
+    except BaseException as exc:
+        if receiver.staged is not None:
+            receiver.staged.discard()
+        if isinstance(exc, ClientDisconnect):
+            raise InvalidRequest("the client disconnected during the upload") from None
+        if isinstance(exc, InvalidRequest | PayloadTooLarge):
+            raise
+        if isinstance(exc, Exception):
+            raise InvalidRequest(f"the multipart body is malformed: {exc}", code="bad_multipart") from None
+        raise
+    if receiver.staged is None:
+        raise InvalidRequest(
+            "no file: send the document in a multipart field named 'file'", code="missing_file"
+        )
+    return ReceivedUpload(
+        receiver.staged, receiver.file_name, receiver.declared_type, receiver.fields
+    )

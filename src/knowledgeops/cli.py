@@ -1,0 +1,276 @@
+"""`kops`: the command line. Each command is thin; the work is in the library."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
+from rich.table import Table
+
+from knowledgeops.client import Client, ClientError
+from knowledgeops.settings import SettingsError, load_settings
+
+app = typer.Typer(
+    help="KnowledgeOps: reliable document ingestion for retrieval-augmented generation.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+SUFFIXES = {".pdf", ".docx", ".html", ".htm", ".xhtml", ".md", ".markdown", ".txt", ".text"}
+TERMINAL = {"completed", "failed", "cancelled"}
+DEFAULT_URL = os.environ.get("KOPS_URL", "http://127.0.0.1:8000")
+
+UrlOpt = Annotated[str, typer.Option("--url", help="Where KnowledgeOps runs.", envvar="KOPS_URL")]
+DatasetOpt = Annotated[
+    str | None, typer.Option("--dataset", "-d", help="Dataset id or name (default: the default).")
+]
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}")
+    return typer.Exit(code)
+
+
+def _settings(**overrides: Any) -> Any:
+    try:
+        return load_settings(**{k: v for k, v in overrides.items() if v is not None})
+    except SettingsError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s", stream=sys.stderr
+    )
+
+
+@app.command()
+def serve(
+    port: Annotated[int | None, typer.Option(help="HTTP port (KOPS_PORT, default 8000).")] = None,
+    host: Annotated[str | None, typer.Option(help="Address to bind (KOPS_HOST).")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Data folder (KOPS_DATA_DIR).")] = None,
+    workers: Annotated[int | None, typer.Option(help="Worker threads (KOPS_WORKERS).")] = None,
+) -> None:
+    """Run the embedded default: API, workers and relay in one process, data in SQLite."""
+    import uvicorn
+
+    from knowledgeops.api.app import create_app
+    from knowledgeops.lockfile import DataDirLocked
+    from knowledgeops.runtime import Embedded
+
+    settings = _settings(port=port, host=host, data_dir=data_dir, workers=workers)
+    _logging(settings.log_level)
+    logging.getLogger(__name__).info("settings: %s", settings.describe())
+    runtime = Embedded(settings)
+    try:
+        runtime.acquire()
+    except DataDirLocked as exc:
+        raise _fail(str(exc)) from None
+    uvicorn.run(
+        create_app(runtime),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        access_log=False,
+        timeout_graceful_shutdown=20,
+    )
+
+
+@app.command()
+def migrate(
+    data_dir: Annotated[Path | None, typer.Option(help="Data folder (KOPS_DATA_DIR).")] = None,
+) -> None:
+    """Bring the database schema up to date."""
+    from knowledgeops.db.engine import Database
+    from knowledgeops.db.migrate import current_revision, upgrade
+    from knowledgeops.lockfile import DataDirLock, DataDirLocked
+
+    settings = _settings(data_dir=data_dir)
+    lock = DataDirLock(settings.data_dir)
+    if settings.is_sqlite:
+        try:
+            lock.acquire()
+        except DataDirLocked as exc:
+            raise _fail(str(exc)) from None
+    db = Database(settings.resolved_database_url)
+    try:
+        before = current_revision(db.engine)
+        upgrade(db.engine)
+        after = current_revision(db.engine)
+    finally:
+        db.dispose()
+        lock.release()
+    if before == after:
+        console.print(f"database is up to date (revision {after})")
+    else:
+        console.print(f"migrated database from {before or 'empty'} to {after}")
+
+
+def _walk(paths: list[Path]) -> list[Path]:
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(
+                p for p in sorted(path.rglob("*"))
+                if p.is_file() and p.suffix.lower() in SUFFIXES and not p.name.startswith(".")
+            )
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise _fail(f"{path}: no such file or folder")
+    return files
+
+
+def _progress_line(job: dict[str, Any]) -> tuple[str, int | None, int]:
+    stage = job["status"] if job["status"] in TERMINAL else f"{job['stage']}"
+    return stage, job["totalChunks"], job["processedChunks"]
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders (walked for documents).")],
+    dataset: DatasetOpt = None,
+    url: UrlOpt = DEFAULT_URL,
+    wait: Annotated[bool, typer.Option(help="Wait for every job to finish.")] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait in all.")] = 3600.0,
+) -> None:
+    """Upload documents to a running KnowledgeOps and follow each job to the end."""
+    files = _walk(paths)
+    if not files:
+        raise _fail("no documents found (looked for " + ", ".join(sorted(SUFFIXES)) + ")")
+    failures: list[str] = []
+    with Client(url) as client:
+        try:
+            dataset_id = client.resolve_dataset(dataset)
+        except ClientError as exc:
+            raise _fail(str(exc)) from None
+        columns = (
+            TextColumn("{task.description}", justify="left"),
+            TextColumn("[cyan]{task.fields[stage]:>10}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+        )
+        with Progress(*columns, console=console, transient=False) as progress:
+            open_jobs: dict[str, TaskID] = {}
+            for path in files:
+                label = path.name if len(path.name) <= 40 else path.name[:37] + "…"
+                try:
+                    accepted = client.upload(path, dataset_id=dataset_id)
+                except ClientError as exc:
+                    if exc.status is None:
+                        raise _fail(str(exc)) from None
+                    failures.append(f"{path}: rejected ({exc.status}): {exc}")
+                    progress.add_task(label, total=1, stage="rejected")
+                    continue
+                open_jobs[accepted["jobId"]] = progress.add_task(label, total=None, stage="pending")
+            if wait:
+                _follow(client, progress, open_jobs, failures, timeout)
+    if failures:
+        err.print(f"[red]{len(failures)} of {len(files)} documents failed:[/red]")
+        for line in failures:
+            err.print(f"  {line}")
+        raise typer.Exit(1)
+    console.print(f"{len(files)} documents {'ingested' if wait else 'accepted'}")
+
+
+def _follow(
+    client: Client,
+    progress: Progress,
+    open_jobs: dict[str, TaskID],
+    failures: list[str],
+    timeout: float,
+) -> None:
+    deadline = time.monotonic() + timeout
+    while open_jobs:
+        for job_id, task in list(open_jobs.items()):
+            job = client.job(job_id)
+            stage, total, done = _progress_line(job)
+            progress.update(task, total=total, completed=done, stage=stage)
+            if job["status"] in TERMINAL:
+                del open_jobs[job_id]
+                if job["status"] != "completed":
+                    failures.append(
+                        f"{job['fileName']}: {job['status']}: {job['error']} "
+                        f"[{job['errorCategory'] or job['errorCode']}] (job {job_id})"
+                    )
+        if open_jobs and time.monotonic() > deadline:
+            for job_id in open_jobs:
+                failures.append(f"job {job_id}: still running after {timeout:g} s")
+            return
+        time.sleep(0.5)
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    dataset: DatasetOpt = None,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, max=100)] = 5,
+    mode: Annotated[str, typer.Option(help="hybrid, vector or keyword.")] = "hybrid",
+    url: UrlOpt = DEFAULT_URL,
+) -> None:
+    """Search a dataset and print the best chunks."""
+    with Client(url) as client:
+        try:
+            found = client.search(
+                query, dataset_id=client.resolve_dataset(dataset), top_k=top_k, mode=mode
+            )
+        except ClientError as exc:
+            raise _fail(str(exc)) from None
+    if not found["results"]:
+        console.print("no results")
+        return
+    for n, hit in enumerate(found["results"], start=1):
+        where = f"p. {hit['page']}" if hit["page"] else (hit["section"] or "")
+        console.print(
+            f"[bold]{n}. {hit['fileName']}[/bold] #{hit['ordinal']} {where} "
+            f"[dim](score {hit['score']:.4f})[/dim]"
+        )
+        text = " ".join(hit["text"].split())
+        console.print(f"   {text[:300]}{'…' if len(text) > 300 else ''}", highlight=False)
+
+
+@app.command()
+def jobs(
+    status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
+    dataset: DatasetOpt = None,
+    limit: Annotated[int, typer.Option(min=1, max=200)] = 20,
+    url: UrlOpt = DEFAULT_URL,
+) -> None:
+    """List recent jobs with their stage and counts."""
+    with Client(url) as client:
+        try:
+            dataset_id = client.resolve_dataset(dataset) if dataset else None
+            found = client.jobs(status=status, dataset_id=dataset_id, limit=limit)
+        except ClientError as exc:
+            raise _fail(str(exc)) from None
+    table = Table("job", "file", "status", "stage", "chunks", "attempt", "error")
+    for job in found["items"]:
+        chunks = f"{job['processedChunks']}/{job['totalChunks'] if job['totalChunks'] is not None else '?'}"
+        table.add_row(
+            job["id"],
+            job["fileName"],
+            job["status"],
+            job["stage"],
+            chunks,
+            f"{job['attempt']}/{job['maxAttempts']}",
+            job["error"] or "",
+        )
+    console.print(table)
+    console.print(f"{len(found['items'])} of {found['total']} jobs")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""A small HTTP client for a running KnowledgeOps (used by the CLI; usable from scripts)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
+
+
+class ClientError(Exception):
+    """The server could not be reached or refused the request; the message says which."""
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+class Client:
+    def __init__(self, base_url: str, *, timeout: float = 60.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.ConnectError:
+            raise ClientError(
+                f"cannot reach KnowledgeOps at {self.base_url}; start it with `kops serve` "
+                "or pass --url"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise ClientError(f"request to {self.base_url}{path} failed: {exc}") from None
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+                message, code = body.get("error", response.text), body.get("code")
+            except ValueError:
+                message, code = response.text or response.reason_phrase, None
+            raise ClientError(message, status=response.status_code, code=code)
+        return response.json() if response.content else None
+
+    # --- documents and jobs ---------------------------------------------------------------------
+    def upload(self, path: Path, *, dataset_id: str | None = None) -> dict[str, Any]:
+        params = {"datasetId": dataset_id} if dataset_id else None
+        with path.open("rb") as handle:
+            result: dict[str, Any] = self._call(
+                "POST", "/docs/upload", files={"file": (path.name, handle)}, params=params
+            )
+        return result
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/docs/jobs/{job_id}")
+        return result
+
+    def jobs(
+        self, *, status: str | None = None, dataset_id: str | None = None, limit: int = 20
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"limit": limit}
+        if status:
+            params["status"] = status
+        if dataset_id:
+            params["datasetId"] = dataset_id
+        result: dict[str, Any] = self._call("GET", "/docs/jobs", params=params)
+        return result
+
+    def retry(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/docs/jobs/{job_id}/retry")
+        return result
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/docs/jobs/{job_id}/cancel")
+        return result
+
+    # --- datasets and search --------------------------------------------------------------------
+    def datasets(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        page = 1
+        while True:
+            body = self._call("GET", "/datasets", params={"page": page, "limit": 200})
+            found.extend(body["items"])
+            if not body["hasMore"]:
+                return found
+            page += 1
+
+    def resolve_dataset(self, ref: str | None) -> str:
+        """A dataset id from an id or a name (None: the default dataset)."""
+        if ref is not None and _UUID.match(ref):
+            return ref
+        for dataset in self.datasets():
+            if (ref is None and dataset["isDefault"]) or dataset["name"] == ref:
+                return str(dataset["id"])
+        raise ClientError(f"no dataset named {ref!r}; list them with GET /datasets")
+
+    def search(
+        self, query: str, *, dataset_id: str, top_k: int = 5, mode: str = "hybrid"
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = self._call(
+            "POST",
+            f"/datasets/{dataset_id}/search",
+            json={"query": query, "topK": top_k, "mode": mode},
+        )
+        return result

@@ -1,0 +1,107 @@
+"""The chunk index protocol: write a generation, make it searchable, search by vector or words.
+
+A document's chunks are written as a generation that stays invisible to search until `activate`
+switches the document to it (in the transaction that completes the job) and drops the others.
+Two implementations share one contract suite: `SqliteIndex` (sqlite-vec + FTS5) and `MemoryIndex`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+Tx = Any  # the database transaction the write joins (None for the in-memory index)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedChunk:
+    id: str
+    document_id: str
+    dataset_id: str
+    generation: int
+    ordinal: int
+    text: str
+    content_hash: str
+    token_count: int
+    page_start: int | None
+    page_end: int | None
+    section: str | None
+    vector: npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    chunk_id: str
+    document_id: str
+    ordinal: int
+    text: str
+    page_start: int | None
+    page_end: int | None
+    section: str | None
+    score: float
+
+
+class ChunkIndex(Protocol):
+    def upsert(self, tx: Tx, chunks: Sequence[IndexedChunk]) -> None:
+        """Insert or overwrite chunks by id (a retried batch replaces its own rows)."""
+        ...
+
+    def activate(self, tx: Tx, document_id: str, generation: int) -> int:
+        """Make `generation` the document's searchable one, drop all others; returns its size."""
+        ...
+
+    def discard(self, tx: Tx, document_id: str, generation: int) -> None:
+        """Drop a generation that will never be activated (its job failed or was cancelled)."""
+        ...
+
+    def delete_document(self, tx: Tx, document_id: str) -> None: ...
+
+    def delete_dataset(self, tx: Tx, dataset_id: str) -> None: ...
+
+    def search_vector(
+        self, dataset_id: str, vector: npt.NDArray[np.float32], k: int
+    ) -> list[Hit]:
+        """The k nearest active chunks by cosine similarity (score in [-1, 1], higher is nearer)."""
+        ...
+
+    def search_keyword(self, dataset_id: str, query: str, k: int) -> list[Hit]:
+        """The k best active chunks by BM25 over the query's words (score: higher is better)."""
+        ...
+
+
+_NAMESPACE = uuid.UUID("5f1d0c52-8f7e-4c3a-9a51-7d0e8f1b2c3d")
+
+
+def chunk_id(document_id: str, generation: int, ordinal: int) -> str:
+    """Stable: the same (document, generation, ordinal) always gets the same id (DESIGN.md §5)."""
+    return str(uuid.uuid5(_NAMESPACE, f"{document_id}/{generation}/{ordinal}"))
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
+_TERM = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+|\w+")
+
+
+def spaced_cjk(text: str) -> str:
+    """Put spaces between CJK characters so that a word tokenizer indexes each one; a CJK query
+    then becomes a phrase of characters (Chinese and Japanese have no spaces between words)."""
+    return _CJK_RUN.sub(lambda m: " " + " ".join(m.group()) + " ", text)
+
+
+def query_terms(query: str) -> list[str]:
+    """Words of a free-text query, lower-cased; a run of CJK characters is one phrase term."""
+    terms = []
+    for match in _TERM.finditer(query.lower()):
+        term = match.group()
+        terms.append(" ".join(term) if _CJK_RUN.fullmatch(term) else term)
+    return list(dict.fromkeys(terms))

@@ -1,0 +1,121 @@
+"""`ChunkIndex` in memory: brute-force cosine and a small BM25, the twin for unit tests.
+
+Held to `SqliteIndex`'s behaviour by the shared contract suite (tests/contract/test_index.py).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from knowledgeops.ingest.index.base import Hit, IndexedChunk, query_terms, spaced_cjk
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+_WORDS = re.compile(r"\w+")
+
+
+class MemoryIndex:
+    def __init__(self) -> None:
+        self.chunks: dict[str, IndexedChunk] = {}
+        self.active: dict[str, int] = {}  # document id → its searchable generation
+        self._lock = threading.RLock()
+
+    def upsert(self, tx: Any, chunks: Sequence[IndexedChunk]) -> None:
+        with self._lock:
+            for chunk in chunks:
+                self.chunks[chunk.id] = chunk
+
+    def activate(self, tx: Any, document_id: str, generation: int) -> int:
+        with self._lock:
+            self._drop(lambda c: c.document_id == document_id and c.generation != generation)
+            self.active[document_id] = generation
+            return sum(
+                1
+                for c in self.chunks.values()
+                if c.document_id == document_id and c.generation == generation
+            )
+
+    def discard(self, tx: Any, document_id: str, generation: int) -> None:
+        with self._lock:
+            self._drop(lambda c: c.document_id == document_id and c.generation == generation)
+
+    def delete_document(self, tx: Any, document_id: str) -> None:
+        with self._lock:
+            self._drop(lambda c: c.document_id == document_id)
+            self.active.pop(document_id, None)
+
+    def delete_dataset(self, tx: Any, dataset_id: str) -> None:
+        with self._lock:
+            gone = {c.document_id for c in self.chunks.values() if c.dataset_id == dataset_id}
+            self._drop(lambda c: c.dataset_id == dataset_id)
+            for document_id in gone:
+                self.active.pop(document_id, None)
+
+    def _drop(self, doomed: Any) -> None:
+        for chunk_id in [cid for cid, c in self.chunks.items() if doomed(c)]:
+            del self.chunks[chunk_id]
+
+    def _live(self, dataset_id: str) -> list[IndexedChunk]:
+        return [
+            c
+            for c in self.chunks.values()
+            if c.dataset_id == dataset_id and self.active.get(c.document_id) == c.generation
+        ]
+
+    def search_vector(
+        self, dataset_id: str, vector: npt.NDArray[np.float32], k: int
+    ) -> list[Hit]:
+        with self._lock:
+            live = self._live(dataset_id)
+        scored = [(float(np.dot(c.vector, vector)), c) for c in live]
+        scored.sort(key=lambda pair: -pair[0])
+        return [_hit(c, score) for score, c in scored[:k]]
+
+    def search_keyword(self, dataset_id: str, query: str, k: int) -> list[Hit]:
+        terms = query_terms(query)
+        with self._lock:
+            live = self._live(dataset_id)
+        if not terms or not live:
+            return []
+        words = [_WORDS.findall(spaced_cjk(c.text).lower()) for c in live]
+        tfs = [{term: _occurrences(term.split(), w) for term in terms} for w in words]
+        df = {term: sum(1 for tf in tfs if tf[term]) for term in terms}
+        average = sum(len(w) for w in words) / len(words)
+        scored = []
+        for chunk, w, tf in zip(live, words, tfs, strict=True):
+            score = 0.0
+            for term in terms:
+                if not tf[term]:
+                    continue
+                idf = math.log(1 + (len(live) - df[term] + 0.5) / (df[term] + 0.5))
+                norm = tf[term] + BM25_K1 * (1 - BM25_B + BM25_B * len(w) / average)
+                score += idf * tf[term] * (BM25_K1 + 1) / norm
+            if score > 0:
+                scored.append((score, chunk))
+        scored.sort(key=lambda pair: -pair[0])
+        return [_hit(c, score) for score, c in scored[:k]]
+
+
+def _occurrences(phrase: list[str], words: list[str]) -> int:
+    n = len(phrase)
+    return sum(1 for i in range(len(words) - n + 1) if words[i : i + n] == phrase)
+
+
+def _hit(chunk: IndexedChunk, score: float) -> Hit:
+    return Hit(
+        chunk.id,
+        chunk.document_id,
+        chunk.ordinal,
+        chunk.text,
+        chunk.page_start,
+        chunk.page_end,
+        chunk.section,
+        score,
+    )

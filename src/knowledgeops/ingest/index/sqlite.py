@@ -1,0 +1,164 @@
+"""The embedded index: sqlite-vec for vectors, FTS5 for words, both in the SQLite database file.
+
+Chunk rows live in the declared `chunks` table; the two virtual tables are keyed by that row's
+rowid. The vector table carries `dataset_id` and `active` as metadata columns so a KNN query is
+filtered inside sqlite-vec (exact, not post-filtered).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import Connection, text, update
+
+from knowledgeops.db.engine import Database
+from knowledgeops.db.schema import documents
+from knowledgeops.ingest.index.base import Hit, IndexedChunk, query_terms, spaced_cjk
+
+SQLITE_MAX_VARS = 500  # ids per IN (...) list
+VEC_MAX_K = 4096  # sqlite-vec's limit on k
+
+
+class SqliteIndex:
+    def __init__(self, db: Database, dimension: int) -> None:
+        if not db.is_sqlite:
+            raise ValueError("SqliteIndex needs a SQLite database")
+        self.db = db
+        self.dimension = dimension
+        self.vec = f"chunk_vectors_{dimension}"
+        self.fts = "chunk_fts"
+
+    def ensure(self) -> None:
+        """Create the virtual tables if they are missing (idempotent; runs at start-up)."""
+        with self.db.write() as conn:
+            conn.exec_driver_sql(
+                f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.vec} USING vec0("
+                f"embedding float[{self.dimension}] distance_metric=cosine, "
+                "dataset_id text, active integer)"
+            )
+            conn.exec_driver_sql(
+                f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.fts} USING fts5(text, content='', "
+                "contentless_delete=1, tokenize='unicode61 remove_diacritics 2')"
+            )
+
+    # --- writes ---------------------------------------------------------------------------------
+    def upsert(self, tx: Any, chunks: Sequence[IndexedChunk]) -> None:
+        conn: Connection = tx
+        for chunk in chunks:
+            rowid = conn.execute(
+                text(
+                    "INSERT INTO chunks (id, document_id, dataset_id, generation, ordinal, text, "
+                    "content_hash, token_count, page_start, page_end, section) VALUES (:id, "
+                    ":document_id, :dataset_id, :generation, :ordinal, :text, :content_hash, "
+                    ":token_count, :page_start, :page_end, :section) ON CONFLICT (id) DO UPDATE "
+                    "SET text = excluded.text, content_hash = excluded.content_hash, "
+                    "token_count = excluded.token_count, page_start = excluded.page_start, "
+                    "page_end = excluded.page_end, section = excluded.section RETURNING rowid"
+                ),
+                {
+                    "id": chunk.id,
+                    "document_id": chunk.document_id,
+                    "dataset_id": chunk.dataset_id,
+                    "generation": chunk.generation,
+                    "ordinal": chunk.ordinal,
+                    "text": chunk.text,
+                    "content_hash": chunk.content_hash,
+                    "token_count": chunk.token_count,
+                    "page_start": chunk.page_start,
+                    "page_end": chunk.page_end,
+                    "section": chunk.section,
+                },
+            ).scalar_one()
+            self._drop_index_rows(conn, [rowid])
+            conn.exec_driver_sql(
+                f"INSERT INTO {self.vec} (rowid, embedding, dataset_id, active) VALUES (?, ?, ?, 0)",
+                (rowid, _blob(chunk.vector), chunk.dataset_id),
+            )
+            conn.exec_driver_sql(
+                f"INSERT INTO {self.fts} (rowid, text) VALUES (?, ?)",
+                (rowid, spaced_cjk(chunk.text)),
+            )
+
+    def activate(self, tx: Any, document_id: str, generation: int) -> int:
+        conn: Connection = tx
+        live = self._rowids(conn, "document_id = ? AND generation = ?", (document_id, generation))
+        for part in _parts(live):
+            marks = ",".join("?" * len(part))
+            conn.exec_driver_sql(
+                f"UPDATE {self.vec} SET active = 1 WHERE rowid IN ({marks})", tuple(part)
+            )
+        self._delete(conn, "document_id = ? AND generation != ?", (document_id, generation))
+        conn.execute(
+            update(documents)
+            .where(documents.c.id == document_id)
+            .values(active_generation=generation, chunk_count=len(live))
+        )
+        return len(live)
+
+    def discard(self, tx: Any, document_id: str, generation: int) -> None:
+        self._delete(tx, "document_id = ? AND generation = ?", (document_id, generation))
+
+    def delete_document(self, tx: Any, document_id: str) -> None:
+        self._delete(tx, "document_id = ?", (document_id,))
+
+    def delete_dataset(self, tx: Any, dataset_id: str) -> None:
+        self._delete(tx, "dataset_id = ?", (dataset_id,))
+
+    def _rowids(self, conn: Connection, where: str, params: tuple[Any, ...]) -> list[int]:
+        rows = conn.exec_driver_sql(f"SELECT rowid FROM chunks WHERE {where}", params).all()
+        return [row[0] for row in rows]
+
+    def _delete(self, conn: Connection, where: str, params: tuple[Any, ...]) -> None:
+        rowids = self._rowids(conn, where, params)
+        self._drop_index_rows(conn, rowids)
+        for part in _parts(rowids):
+            marks = ",".join("?" * len(part))
+            conn.exec_driver_sql(f"DELETE FROM chunks WHERE rowid IN ({marks})", tuple(part))
+
+    def _drop_index_rows(self, conn: Connection, rowids: Sequence[int]) -> None:
+        for part in _parts(rowids):
+            marks = ",".join("?" * len(part))
+            conn.exec_driver_sql(f"DELETE FROM {self.vec} WHERE rowid IN ({marks})", tuple(part))
+            conn.exec_driver_sql(f"DELETE FROM {self.fts} WHERE rowid IN ({marks})", tuple(part))
+
+    # --- reads ----------------------------------------------------------------------------------
+    def search_vector(
+        self, dataset_id: str, vector: npt.NDArray[np.float32], k: int
+    ) -> list[Hit]:
+        with self.db.read() as conn:
+            rows = conn.exec_driver_sql(
+                f"SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "
+                f"c.section, 1.0 - v.distance FROM (SELECT rowid, distance FROM {self.vec} "
+                "WHERE embedding MATCH ? AND k = ? AND dataset_id = ? AND active = 1) v "
+                "JOIN chunks c ON c.rowid = v.rowid ORDER BY v.distance",
+                (_blob(vector), min(k, VEC_MAX_K), dataset_id),
+            ).all()
+        return [Hit(*row) for row in rows]
+
+    def search_keyword(self, dataset_id: str, query: str, k: int) -> list[Hit]:
+        terms = query_terms(query)
+        if not terms:
+            return []
+        match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+        with self.db.read() as conn:
+            rows = conn.exec_driver_sql(
+                f"SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "
+                f"c.section, -bm25({self.fts}) AS score FROM {self.fts} "
+                f"JOIN chunks c ON c.rowid = {self.fts}.rowid "
+                "JOIN documents d ON d.id = c.document_id AND d.active_generation = c.generation "
+                f"WHERE {self.fts} MATCH ? AND c.dataset_id = ? ORDER BY bm25({self.fts}) LIMIT ?",
+                (match, dataset_id, k),
+            ).all()
+        return [Hit(*row) for row in rows]
+
+
+def _blob(vector: npt.NDArray[np.float32]) -> bytes:
+    return np.asarray(vector, dtype=np.float32).tobytes()
+
+
+def _parts(ids: Sequence[int]) -> Iterable[Sequence[int]]:
+    for start in range(0, len(ids), SQLITE_MAX_VARS):
+        yield ids[start : start + SQLITE_MAX_VARS]

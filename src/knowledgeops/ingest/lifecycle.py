@@ -1,0 +1,42 @@
+"""Keeps documents and the index in step with their jobs, inside each transition's transaction.
+
+Registered with the job store as its `TransitionListener`: when a job completes, its generation
+becomes the document's searchable one in the same transaction (DESIGN.md §5); when it fails or is
+cancelled for good, its partial generation is dropped and the previous one stays searchable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import update
+
+from knowledgeops.db.schema import documents, utcnow
+from knowledgeops.ingest.index.base import ChunkIndex
+from knowledgeops.jobs.model import Job
+from knowledgeops.jobs.states import JobStatus
+
+DOCUMENT_STATUS = {
+    JobStatus.PENDING: "pending",
+    JobStatus.RUNNING: "processing",
+    JobStatus.RETRYING: "processing",
+    JobStatus.COMPLETED: "ready",
+    JobStatus.FAILED: "failed",
+    JobStatus.CANCELLED: "cancelled",
+}
+
+
+class DocumentLifecycle:
+    def __init__(self, index: ChunkIndex) -> None:
+        self.index = index
+
+    def on_transition(self, tx: Any, job: Job, new_status: JobStatus) -> None:
+        if new_status is JobStatus.COMPLETED:
+            self.index.activate(tx, job.document_id, job.generation)
+        elif new_status in (JobStatus.FAILED, JobStatus.CANCELLED):
+            self.index.discard(tx, job.document_id, job.generation)
+        tx.execute(
+            update(documents)
+            .where(documents.c.id == job.document_id)
+            .values(status=DOCUMENT_STATUS[new_status], updated_at=utcnow())
+        )

@@ -1,0 +1,161 @@
+"""The ingest job handler: parse → clean → chunk → embed in batches → index, with honest progress.
+
+Registered as the handler the jobs runner calls. Every batch of vectors is written in the same
+transaction as the progress count that includes it, fenced by the worker's lease, so
+`processedChunks` is always the number of chunks really written, and a worker that lost its job
+can write nothing more. Chunk ids are stable per (document, generation, ordinal): a retry
+overwrites its own partial writes instead of adding to them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select, update
+
+from knowledgeops.blobs import LocalBlobStore
+from knowledgeops.db.engine import Database
+from knowledgeops.db.schema import datasets, documents
+from knowledgeops.errors import PermanentError
+from knowledgeops.ingest.chunker import ChunkDraft, TokenChunker, Tokenizer
+from knowledgeops.ingest.clean import clean_blocks
+from knowledgeops.ingest.embedders.base import Embedder
+from knowledgeops.ingest.index.base import ChunkIndex, IndexedChunk, chunk_id
+from knowledgeops.ingest.parsers.base import Block
+from knowledgeops.ingest.parsers.registry import parse
+from knowledgeops.jobs.runner import JobContext
+from knowledgeops.jobs.states import Stage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    blob_key: str
+    content_type: str
+    file_name: str
+    chunk_size: int
+    chunk_overlap: int
+
+
+class IngestPipeline:
+    def __init__(
+        self,
+        db: Database,
+        blobs: LocalBlobStore,
+        index: ChunkIndex,
+        embedder: Embedder,
+        tokenizer: Tokenizer,
+        *,
+        batch_size: int,
+    ) -> None:
+        self.db = db
+        self.blobs = blobs
+        self.index = index
+        self.embedder = embedder
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+
+    def __call__(self, ctx: JobContext) -> None:
+        ctx.report(stage=Stage.PARSING)
+        source = self._source(ctx.job.document_id)
+        path = self.blobs.path(source.blob_key)
+        if not path.is_file():
+            raise PermanentError(
+                "the stored file is missing; upload the document again", code="file_missing"
+            )
+        pages = _PageCounter()
+        blocks = pages.count(clean_blocks(parse(path, source.content_type)))
+        chunker = TokenChunker(
+            self.tokenizer, size=source.chunk_size, overlap=source.chunk_overlap
+        )
+        drafts = list(chunker.chunk(_announce(blocks, ctx)))
+        if not drafts:
+            raise PermanentError(
+                f"no text was found in {source.file_name}; check that the file has text "
+                "(a scanned document needs OCR first)",
+                code="no_text",
+            )
+        ctx.report(stage=Stage.EMBEDDING, total=len(drafts), processed=0)
+        self._embed_and_index(ctx, drafts)
+        ctx.report(stage=Stage.INDEXING, work=lambda tx: self._record_pages(tx, ctx, pages.last))
+
+    def _source(self, document_id: str) -> _Source:
+        with self.db.read() as conn:
+            row = conn.execute(
+                select(
+                    documents.c.blob_key,
+                    documents.c.content_type,
+                    documents.c.file_name,
+                    datasets.c.chunk_size,
+                    datasets.c.chunk_overlap,
+                )
+                .join(datasets, datasets.c.id == documents.c.dataset_id)
+                .where(documents.c.id == document_id)
+            ).first()
+        if row is None:
+            raise PermanentError("the document was deleted", code="document_deleted")
+        return _Source(*row)
+
+    def _embed_and_index(self, ctx: JobContext, drafts: Sequence[ChunkDraft]) -> None:
+        # Batches of similar length waste no model time on padding; order does not matter
+        # because every chunk's id and ordinal are fixed already.
+        order = sorted(drafts, key=lambda d: d.token_count)
+        processed = 0
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            vectors = self.embedder.embed([d.text for d in batch])
+            rows = [self._indexed(ctx, d, v) for d, v in zip(batch, vectors, strict=True)]
+            processed += len(batch)
+            ctx.report(processed=processed, work=lambda tx, rows=rows: self.index.upsert(tx, rows))
+
+    @staticmethod
+    def _indexed(ctx: JobContext, draft: ChunkDraft, vector: Any) -> IndexedChunk:
+        job = ctx.job
+        return IndexedChunk(
+            id=chunk_id(job.document_id, job.generation, draft.ordinal),
+            document_id=job.document_id,
+            dataset_id=job.dataset_id,
+            generation=job.generation,
+            ordinal=draft.ordinal,
+            text=draft.text,
+            content_hash=draft.content_hash,
+            token_count=draft.token_count,
+            page_start=draft.page_start,
+            page_end=draft.page_end,
+            section=draft.section,
+            vector=vector,
+        )
+
+    @staticmethod
+    def _record_pages(tx: Any, ctx: JobContext, pages: int | None) -> None:
+        if pages is not None:
+            tx.execute(
+                update(documents)
+                .where(documents.c.id == ctx.job.document_id)
+                .values(page_count=pages)
+            )
+
+
+class _PageCounter:
+    def __init__(self) -> None:
+        self.last: int | None = None
+
+    def count(self, blocks: Iterable[Block]) -> Iterator[Block]:
+        for block in blocks:
+            if block.page is not None:
+                self.last = max(self.last or 0, block.page)
+            yield block
+
+
+def _announce(blocks: Iterable[Block], ctx: JobContext) -> Iterator[Block]:
+    """Move to the chunking stage once the parser has produced text (the two then stream)."""
+    announced = False
+    for block in blocks:
+        if not announced:
+            ctx.report(stage=Stage.CHUNKING)
+            announced = True
+        yield block

@@ -1,0 +1,24 @@
+"""Stored files are shared by every document with the same bytes; the last one out deletes it.
+
+Called inside the write transaction that removed the documents, so an upload of the same bytes
+(which adds its document in its own write transaction) cannot slip between check and delete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import Connection, func, select
+
+from knowledgeops.blobs import LocalBlobStore
+from knowledgeops.db.schema import documents
+
+
+def unlink_unreferenced(conn: Connection, blobs: LocalBlobStore, keys: Iterable[str]) -> int:
+    removed = 0
+    for key in set(keys):
+        users = conn.scalar(select(func.count()).where(documents.c.blob_key == key))
+        if not users:
+            blobs.delete(key)
+            removed += 1
+    return removed

@@ -1,0 +1,216 @@
+"""Datasets: create, read, update, delete, list; and the default dataset uploads fall back to."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from knowledgeops.blobs import LocalBlobStore
+from knowledgeops.db.engine import Database
+from knowledgeops.db.schema import datasets, documents, utcnow
+from knowledgeops.errors import Conflict, InvalidRequest, NotFound
+from knowledgeops.ingest.index.base import ChunkIndex
+from knowledgeops.service.blob_refs import unlink_unreferenced
+from knowledgeops.service.views import DatasetView, Page
+from knowledgeops.settings import MODEL_MAX_TOKENS
+
+DEFAULT_NAME = "default"
+TENANT = "default"  # one tenant until API keys arrive
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetDefaults:
+    embedding_model: str
+    chunk_size: int
+    chunk_overlap: int
+
+
+def check_chunking(size: int, overlap: int) -> None:
+    if not 16 <= size <= MODEL_MAX_TOKENS - 2:
+        raise InvalidRequest(
+            f"chunkSize must be between 16 and {MODEL_MAX_TOKENS - 2} tokens", code="invalid_field"
+        )
+    if not 0 <= overlap < size // 2:
+        raise InvalidRequest(
+            "chunkOverlap must be at least 0 and less than half of chunkSize", code="invalid_field"
+        )
+
+
+class Datasets:
+    def __init__(
+        self, db: Database, index: ChunkIndex, blobs: LocalBlobStore, defaults: DatasetDefaults
+    ) -> None:
+        self.db = db
+        self.index = index
+        self.blobs = blobs
+        self.defaults = defaults
+
+    def _select(self) -> Any:
+        docs = (
+            select(
+                documents.c.dataset_id,
+                func.count().label("n"),
+                func.coalesce(func.sum(documents.c.chunk_count), 0).label("chunks"),
+            )
+            .group_by(documents.c.dataset_id)
+            .subquery()
+        )
+        return (
+            select(
+                datasets,
+                func.coalesce(docs.c.n, 0).label("document_count"),
+                func.coalesce(docs.c.chunks, 0).label("chunk_count"),
+            )
+            .outerjoin(docs, docs.c.dataset_id == datasets.c.id)
+            .where(datasets.c.tenant_id == TENANT)
+        )
+
+    @staticmethod
+    def _view(row: Any) -> DatasetView:
+        m = row._mapping
+        return DatasetView(
+            id=m["id"],
+            name=m["name"],
+            description=m["description"],
+            embedding_model=m["embedding_model"],
+            chunk_size=m["chunk_size"],
+            chunk_overlap=m["chunk_overlap"],
+            is_default=m["is_default"],
+            document_count=int(m["document_count"]),
+            chunk_count=int(m["chunk_count"]),
+            created_at=m["created_at"],
+            updated_at=m["updated_at"],
+        )
+
+    def _get(self, conn: Connection, dataset_id: str) -> DatasetView:
+        row = conn.execute(self._select().where(datasets.c.id == dataset_id)).first()
+        if row is None:
+            raise NotFound("dataset not found", code="dataset_not_found")
+        return self._view(row)
+
+    def get(self, dataset_id: str) -> DatasetView:
+        with self.db.read() as conn:
+            return self._get(conn, dataset_id)
+
+    def resolve(self, dataset_id: str | None) -> DatasetView:
+        """The dataset an upload goes to: the given one, or the default."""
+        if dataset_id is not None:
+            return self.get(dataset_id)
+        with self.db.read() as conn:
+            row = conn.execute(self._select().where(datasets.c.is_default.is_(True))).first()
+        return self._view(row) if row is not None else self.ensure_default()
+
+    def ensure_default(self) -> DatasetView:
+        with self.db.write() as conn:
+            row = conn.execute(self._select().where(datasets.c.is_default.is_(True))).first()
+            if row is not None:
+                return self._view(row)
+            name = DEFAULT_NAME
+            taken = conn.scalar(
+                select(func.count()).where(datasets.c.tenant_id == TENANT, datasets.c.name == name)
+            )
+            if taken:
+                name = f"{DEFAULT_NAME}-{uuid.uuid4().hex[:6]}"
+            return self._insert(conn, name, "Uploads without a datasetId land here.", None, None, True)
+
+    def create(
+        self,
+        name: str,
+        description: str = "",
+        chunk_size: int | None = None,
+        chunk_overlap: int | None = None,
+    ) -> DatasetView:
+        try:
+            with self.db.write() as conn:
+                return self._insert(conn, name, description, chunk_size, chunk_overlap, False)
+        except IntegrityError:
+            raise Conflict(f"a dataset named {name!r} exists already", code="dataset_exists") from None
+
+    def _insert(
+        self,
+        conn: Connection,
+        name: str,
+        description: str,
+        chunk_size: int | None,
+        chunk_overlap: int | None,
+        is_default: bool,
+    ) -> DatasetView:
+        size = chunk_size if chunk_size is not None else self.defaults.chunk_size
+        overlap = chunk_overlap if chunk_overlap is not None else min(
+            self.defaults.chunk_overlap, max(size // 2 - 1, 0)
+        )
+        check_chunking(size, overlap)
+        dataset_id = str(uuid.uuid4())
+        now = utcnow()
+        conn.execute(
+            insert(datasets).values(
+                id=dataset_id,
+                tenant_id=TENANT,
+                name=name,
+                description=description,
+                embedding_model=self.defaults.embedding_model,
+                chunk_size=size,
+                chunk_overlap=overlap,
+                is_default=is_default,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        return self._get(conn, dataset_id)
+
+    def update(self, dataset_id: str, changes: dict[str, Any]) -> DatasetView:
+        """Change name, description, chunk_size or chunk_overlap (new settings apply to
+        documents ingested or reindexed from now on)."""
+        allowed = {"name", "description", "chunk_size", "chunk_overlap"}
+        values = {k: v for k, v in changes.items() if k in allowed and v is not None}
+        try:
+            with self.db.write() as conn:
+                current = self._get(conn, dataset_id)
+                check_chunking(
+                    values.get("chunk_size", current.chunk_size),
+                    values.get("chunk_overlap", current.chunk_overlap),
+                )
+                if values:
+                    conn.execute(
+                        update(datasets)
+                        .where(datasets.c.id == dataset_id)
+                        .values(updated_at=utcnow(), **values)
+                    )
+                return self._get(conn, dataset_id)
+        except IntegrityError:
+            raise Conflict(
+                f"a dataset named {values.get('name')!r} exists already", code="dataset_exists"
+            ) from None
+
+    def delete(self, dataset_id: str) -> None:
+        """Delete the dataset, its documents, jobs and chunks; stop its running jobs."""
+        with self.db.write() as conn:
+            current = self._get(conn, dataset_id)
+            if current.is_default:
+                raise Conflict(
+                    "the default dataset cannot be deleted; delete its documents instead",
+                    code="default_dataset",
+                )
+            keys = conn.scalars(
+                select(documents.c.blob_key).where(documents.c.dataset_id == dataset_id)
+            ).all()
+            self.index.delete_dataset(conn, dataset_id)
+            conn.execute(datasets.delete().where(datasets.c.id == dataset_id))
+            unlink_unreferenced(conn, self.blobs, set(keys))
+
+    def list(self, *, page: int, limit: int) -> Page[DatasetView]:
+        with self.db.read() as conn:
+            total = conn.scalar(
+                select(func.count()).select_from(datasets).where(datasets.c.tenant_id == TENANT)
+            )
+            rows = conn.execute(
+                self._select()
+                .order_by(datasets.c.created_at, datasets.c.id)
+                .offset((page - 1) * limit)
+                .limit(limit)
+            ).all()
+        return Page([self._view(r) for r in rows], int(total or 0), page, limit)

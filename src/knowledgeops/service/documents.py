@@ -1,0 +1,153 @@
+"""Documents: list per dataset, read, delete (their chunks leave the index at once), reindex."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Connection, func, select, update
+
+from knowledgeops.blobs import LocalBlobStore
+from knowledgeops.db.engine import Database
+from knowledgeops.db.schema import documents, ingest_jobs, utcnow
+from knowledgeops.errors import Conflict, NotFound
+from knowledgeops.ingest.index.base import ChunkIndex
+from knowledgeops.jobs.model import NewJob
+from knowledgeops.jobs.states import OPEN
+from knowledgeops.jobs.store import JobStore
+from knowledgeops.service.blob_refs import unlink_unreferenced
+from knowledgeops.service.views import DocumentView, Page
+
+DOCUMENT_STATUSES = ("pending", "processing", "ready", "failed", "cancelled")
+
+
+def _latest_job() -> Any:
+    return (
+        select(ingest_jobs.c.id)
+        .where(ingest_jobs.c.document_id == documents.c.id)
+        .order_by(ingest_jobs.c.created_at.desc(), ingest_jobs.c.generation.desc())
+        .limit(1)
+        .scalar_subquery()
+        .label("latest_job_id")
+    )
+
+
+def _view(row: Any) -> DocumentView:
+    m = row._mapping
+    return DocumentView(
+        id=m["id"],
+        dataset_id=m["dataset_id"],
+        file_name=m["file_name"],
+        file_size=m["file_size"],
+        content_type=m["content_type"],
+        sha256=m["sha256"],
+        status=m["status"],
+        searchable=m["active_generation"] is not None,
+        chunk_count=m["chunk_count"],
+        page_count=m["page_count"],
+        active_generation=m["active_generation"],
+        latest_job_id=m["latest_job_id"],
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+    )
+
+
+def load_document(conn: Connection, document_id: str) -> DocumentView:
+    row = conn.execute(
+        select(documents, _latest_job()).where(documents.c.id == document_id)
+    ).first()
+    if row is None:
+        raise NotFound("document not found", code="document_not_found")
+    return _view(row)
+
+
+class Documents:
+    def __init__(
+        self,
+        db: Database,
+        store: JobStore,
+        index: ChunkIndex,
+        blobs: LocalBlobStore,
+        *,
+        max_attempts: int,
+        notify: Callable[[], None],
+    ) -> None:
+        self.db = db
+        self.store = store
+        self.index = index
+        self.blobs = blobs
+        self.max_attempts = max_attempts
+        self.notify = notify
+
+    def get(self, document_id: str) -> DocumentView:
+        with self.db.read() as conn:
+            return load_document(conn, document_id)
+
+    def list(
+        self, dataset_id: str, *, status: str | None, page: int, limit: int
+    ) -> Page[DocumentView]:
+        conditions = [documents.c.dataset_id == dataset_id]
+        if status is not None:
+            conditions.append(documents.c.status == status)
+        with self.db.read() as conn:
+            total = conn.scalar(select(func.count()).select_from(documents).where(*conditions))
+            rows = conn.execute(
+                select(documents, _latest_job())
+                .where(*conditions)
+                .order_by(documents.c.created_at.desc(), documents.c.id)
+                .offset((page - 1) * limit)
+                .limit(limit)
+            ).all()
+        return Page([_view(r) for r in rows], int(total or 0), page, limit)
+
+    def delete(self, document_id: str) -> None:
+        """Remove the document, its jobs and its chunks in one transaction. A worker still
+        processing it finds its lease gone at its next write and stops."""
+        with self.db.write() as conn:
+            doc = load_document(conn, document_id)
+            self.index.delete_document(conn, document_id)
+            conn.execute(documents.delete().where(documents.c.id == document_id))
+            unlink_unreferenced(conn, self.blobs, {doc.sha256})  # blobs are keyed by sha256
+
+    def reindex(self, document_id: str) -> str:
+        """Start a new generation of the document; returns the new job's id. The current
+        generation stays searchable until the new one is complete."""
+        with self.db.write() as conn:
+            doc = load_document(conn, document_id)
+            open_job = conn.scalar(
+                select(ingest_jobs.c.id).where(
+                    ingest_jobs.c.document_id == document_id,
+                    ingest_jobs.c.status.in_([s.value for s in OPEN]),
+                )
+            )
+            if open_job is not None:
+                raise Conflict(
+                    f"the document already has a job in progress ({open_job}); wait for it "
+                    "or cancel it first",
+                    code="job_in_progress",
+                )
+            generation = int(
+                conn.scalar(
+                    select(documents.c.latest_generation).where(documents.c.id == document_id)
+                )
+            ) + 1
+            conn.execute(
+                update(documents)
+                .where(documents.c.id == document_id)
+                .values(latest_generation=generation, status="pending", updated_at=utcnow())
+            )
+            job = self.store.add(
+                NewJob(
+                    id=str(uuid.uuid4()),
+                    document_id=doc.id,
+                    dataset_id=doc.dataset_id,
+                    generation=generation,
+                    max_attempts=self.max_attempts,
+                    kind="reindex",
+                ),
+                now=utcnow(),
+                tx=conn,
+            )
+        self.notify()
+        return job.id

@@ -1,0 +1,79 @@
+"""Jobs as users see them: read, list, cancel, retry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select
+
+from knowledgeops.db.engine import Database
+from knowledgeops.db.schema import documents, ingest_jobs, utcnow
+from knowledgeops.errors import NotFound
+from knowledgeops.jobs.states import JobStatus
+from knowledgeops.jobs.store import JobNotFound, JobStore
+from knowledgeops.service.views import JobView, Page
+
+
+def job_select() -> Any:
+    return select(ingest_jobs, documents.c.file_name, documents.c.file_size).join(
+        documents, documents.c.id == ingest_jobs.c.document_id
+    )
+
+
+class Jobs:
+    def __init__(self, db: Database, store: JobStore, *, retry_attempts: int, notify: Any) -> None:
+        self.db = db
+        self.store = store
+        self.retry_attempts = retry_attempts
+        self.notify = notify
+
+    def get(self, job_id: str) -> JobView:
+        with self.db.read() as conn:
+            row = conn.execute(job_select().where(ingest_jobs.c.id == job_id)).first()
+        if row is None:
+            raise NotFound("job not found", code="job_not_found")
+        return JobView.from_row(row)
+
+    def list(
+        self,
+        *,
+        status: JobStatus | None,
+        dataset_id: str | None,
+        document_id: str | None = None,
+        page: int,
+        limit: int,
+    ) -> Page[JobView]:
+        conditions = []
+        if status is not None:
+            conditions.append(ingest_jobs.c.status == status.value)
+        if dataset_id is not None:
+            conditions.append(ingest_jobs.c.dataset_id == dataset_id)
+        if document_id is not None:
+            conditions.append(ingest_jobs.c.document_id == document_id)
+        with self.db.read() as conn:
+            total = conn.scalar(
+                select(func.count()).select_from(ingest_jobs).where(*conditions)
+            )
+            rows = conn.execute(
+                job_select()
+                .where(*conditions)
+                .order_by(ingest_jobs.c.created_at.desc(), ingest_jobs.c.id)
+                .offset((page - 1) * limit)
+                .limit(limit)
+            ).all()
+        return Page([JobView.from_row(r) for r in rows], int(total or 0), page, limit)
+
+    def cancel(self, job_id: str) -> JobView:
+        try:
+            self.store.cancel(job_id, now=utcnow())
+        except JobNotFound:
+            raise NotFound("job not found", code="job_not_found") from None
+        return self.get(job_id)
+
+    def retry(self, job_id: str) -> JobView:
+        try:
+            self.store.requeue(job_id, now=utcnow(), extra_attempts=self.retry_attempts)
+        except JobNotFound:
+            raise NotFound("job not found", code="job_not_found") from None
+        self.notify()
+        return self.get(job_id)

@@ -1,0 +1,106 @@
+"""Search a dataset by meaning (vector), by words (keyword), or both fused (hybrid)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+
+from sqlalchemy import select
+
+from knowledgeops.db.engine import Database
+from knowledgeops.db.schema import documents
+from knowledgeops.ingest.embedders.base import Embedder, Vectors
+from knowledgeops.ingest.index.base import ChunkIndex, Hit
+from knowledgeops.service.datasets import Datasets
+from knowledgeops.service.views import SearchHit
+
+RRF_K = 60  # the constant of Cormack et al. (2009); damps the weight of the very first ranks
+CANDIDATES_PER_TOP_K = 4  # each list contributes this many candidates per wanted result
+MIN_CANDIDATES = 40
+
+
+class SearchMode(StrEnum):
+    HYBRID = "hybrid"
+    VECTOR = "vector"
+    KEYWORD = "keyword"
+
+
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[Hit]], k: int = RRF_K) -> list[Hit]:
+    """Fuse ranked lists: each hit scores sum(1 / (k + rank)) over the lists it appears in."""
+    scores: dict[str, float] = {}
+    first_seen: dict[str, Hit] = {}
+    for ranking in rankings:
+        for rank, hit in enumerate(ranking, start=1):
+            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + 1.0 / (k + rank)
+            first_seen.setdefault(hit.chunk_id, hit)
+    fused = sorted(scores, key=lambda chunk_id: (-scores[chunk_id], chunk_id))
+    return [_rescored(first_seen[chunk_id], scores[chunk_id]) for chunk_id in fused]
+
+
+def _rescored(hit: Hit, score: float) -> Hit:
+    return Hit(
+        hit.chunk_id,
+        hit.document_id,
+        hit.ordinal,
+        hit.text,
+        hit.page_start,
+        hit.page_end,
+        hit.section,
+        score,
+    )
+
+
+class Search:
+    def __init__(
+        self, db: Database, datasets: Datasets, index: ChunkIndex, embedder: Embedder
+    ) -> None:
+        self.db = db
+        self.datasets = datasets
+        self.index = index
+        self.embedder = embedder
+
+    def search(
+        self, dataset_id: str, query: str, *, top_k: int, mode: SearchMode
+    ) -> list[SearchHit]:
+        self.datasets.get(dataset_id)  # 404 for an unknown dataset
+        if mode is SearchMode.KEYWORD:
+            hits = self.index.search_keyword(dataset_id, query, top_k)
+        elif mode is SearchMode.VECTOR:
+            hits = self.index.search_vector(dataset_id, self._vector(query), top_k)
+        else:
+            wanted = max(top_k * CANDIDATES_PER_TOP_K, MIN_CANDIDATES)
+            hits = reciprocal_rank_fusion(
+                [
+                    self.index.search_vector(dataset_id, self._vector(query), wanted),
+                    self.index.search_keyword(dataset_id, query, wanted),
+                ]
+            )[:top_k]
+        return self._with_names(hits)
+
+    def _vector(self, query: str) -> Vectors:
+        return self.embedder.embed([query])[0]
+
+    def _with_names(self, hits: Sequence[Hit]) -> list[SearchHit]:
+        ids = {hit.document_id for hit in hits}
+        names: dict[str, str] = {}
+        if ids:
+            with self.db.read() as conn:
+                rows = conn.execute(
+                    select(documents.c.id, documents.c.file_name).where(documents.c.id.in_(ids))
+                )
+                names = {row.id: row.file_name for row in rows}
+        return [
+            SearchHit(
+                chunk_id=h.chunk_id,
+                document_id=h.document_id,
+                file_name=names.get(h.document_id, ""),
+                ordinal=h.ordinal,
+                text=h.text,
+                score=float(h.score),
+                page_start=h.page_start,
+                page_end=h.page_end,
+                section=h.section,
+            )
+            for h in hits
+            if h.document_id in names  # a document deleted a moment ago is gone
+        ]

@@ -1,0 +1,230 @@
+"""Accepting an upload: the file is stored and the intent recorded in one transaction; no parsing.
+
+The document row, the job row and its outbox row commit together (or not at all), then the relay
+is woken to publish. The same bytes uploaded again to the same dataset give back the existing
+document and job (re-queued if it had failed or was cancelled); an `Idempotency-Key` seen before
+gives back the first answer.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+import uuid
+from collections.abc import Callable
+
+from sqlalchemy import Connection, insert, select
+from sqlalchemy.exc import IntegrityError
+
+from knowledgeops.blobs import StagedFile
+from knowledgeops.db.engine import Database
+from knowledgeops.db.schema import documents, ingest_jobs, utcnow
+from knowledgeops.errors import Conflict, InvalidRequest, UnsupportedMediaType
+from knowledgeops.ingest.parsers.base import ContentType
+from knowledgeops.ingest.parsers.sniff import describe_unsupported, sniff
+from knowledgeops.jobs.model import NewJob
+from knowledgeops.jobs.states import JobStatus
+from knowledgeops.jobs.store import JobStore
+from knowledgeops.service.datasets import Datasets
+from knowledgeops.service.jobs import Jobs
+from knowledgeops.service.views import Accepted
+
+MAX_NAME = 255
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+_EXTENSIONS = {
+    ContentType.PDF: ".pdf",
+    ContentType.DOCX: ".docx",
+    ContentType.HTML: ".html",
+    ContentType.MARKDOWN: ".md",
+    ContentType.TEXT: ".txt",
+}
+
+
+def display_name(raw: str | None, content_type: str | None = None) -> str:
+    """A file name safe to store and show: no path parts, no control characters, at most 255
+    characters with its extension kept. The stored file itself is named by its hash."""
+    name = unicodedata.normalize("NFC", raw or "")
+    name = name.replace("\\", "/").rsplit("/", 1)[-1]
+    name = _CONTROL.sub("", name).strip().strip(".").strip()
+    if not name:
+        name = "upload" + _EXTENSIONS.get(content_type or "", "")
+    if len(name) > MAX_NAME:
+        stem, dot, ext = name.rpartition(".")
+        if dot and 0 < len(ext) <= 16:
+            name = stem[: MAX_NAME - len(ext) - 2] + "…." + ext
+        else:
+            name = name[: MAX_NAME - 1] + "…"
+    return name
+
+
+def check_idempotency_key(key: str | None) -> str | None:
+    if key is None:
+        return None
+    if not _IDEMPOTENCY_KEY.match(key):
+        raise InvalidRequest(
+            "Idempotency-Key must be 1 to 200 visible ASCII characters", code="invalid_header"
+        )
+    return key
+
+
+class Uploads:
+    def __init__(
+        self,
+        db: Database,
+        store: JobStore,
+        datasets: Datasets,
+        jobs: Jobs,
+        *,
+        max_attempts: int,
+        notify: Callable[[], None],
+    ) -> None:
+        self.db = db
+        self.store = store
+        self.datasets = datasets
+        self.jobs = jobs
+        self.max_attempts = max_attempts
+        self.notify = notify
+
+    def accept(
+        self,
+        staged: StagedFile,
+        *,
+        file_name: str | None,
+        declared_type: str | None,
+        dataset_id: str | None,
+        idempotency_key: str | None,
+    ) -> Accepted:
+        try:
+            accepted = self._accept(staged, file_name, declared_type, dataset_id, idempotency_key)
+        finally:
+            staged.discard()  # no-op once committed
+        if accepted.created:
+            self.notify()
+        return accepted
+
+    def _accept(
+        self,
+        staged: StagedFile,
+        file_name: str | None,
+        declared_type: str | None,
+        dataset_id: str | None,
+        idempotency_key: str | None,
+    ) -> Accepted:
+        if staged.size == 0:
+            raise InvalidRequest("the file is empty", code="empty_file")
+        if idempotency_key is not None:
+            earlier = self._replay(idempotency_key, staged.sha256)
+            if earlier is not None:
+                return earlier
+        content_type = sniff(staged.head, file_name or "", declared_type)
+        if content_type is None:
+            what = describe_unsupported(staged.head, file_name or "")
+            raise UnsupportedMediaType(
+                f"this file looks like {what}, which cannot be parsed; supported: PDF, DOCX, "
+                "HTML, Markdown and plain text",
+            )
+        dataset = self.datasets.resolve(dataset_id)
+        name = display_name(file_name, content_type)
+        for _ in range(2):  # a concurrent upload of the same bytes may win the insert
+            try:
+                return self._record(staged, dataset.id, name, content_type, idempotency_key)
+            except IntegrityError:
+                continue
+        raise Conflict("the same file is being uploaded concurrently; try again", code="busy")
+
+    def _replay(self, key: str, sha256: str) -> Accepted | None:
+        job = self.store.find_by_idempotency_key(key)
+        if job is None:
+            return None
+        view = self.jobs.get(job.id)
+        with self.db.read() as conn:
+            sha = conn.scalar(select(documents.c.sha256).where(documents.c.id == job.document_id))
+        if sha != sha256:
+            raise Conflict(
+                "this Idempotency-Key was used for a different file; use a new key",
+                code="idempotency_key_reused",
+            )
+        return Accepted(view, job.document_id, created=False)
+
+    def _record(
+        self,
+        staged: StagedFile,
+        dataset_id: str,
+        name: str,
+        content_type: str,
+        idempotency_key: str | None,
+    ) -> Accepted:
+        requeue: str | None = None
+        with self.db.write() as conn:
+            existing = conn.execute(
+                select(documents.c.id).where(
+                    documents.c.dataset_id == dataset_id, documents.c.sha256 == staged.sha256
+                )
+            ).first()
+            if existing is None:
+                document_id, job_id = self._insert(
+                    conn, staged, dataset_id, name, content_type, idempotency_key
+                )
+                staged.commit()  # inside the transaction: see blob_refs.py
+                created = True
+            else:
+                document_id, job_id, status = self._latest_job(conn, existing.id)
+                created = False
+                if status in (JobStatus.FAILED, JobStatus.CANCELLED):
+                    requeue = job_id
+        if requeue is not None:
+            self.jobs.retry(requeue)
+            created = True
+        return Accepted(self.jobs.get(job_id), document_id, created)
+
+    def _insert(
+        self,
+        conn: Connection,
+        staged: StagedFile,
+        dataset_id: str,
+        name: str,
+        content_type: str,
+        idempotency_key: str | None,
+    ) -> tuple[str, str]:
+        now = utcnow()
+        document_id = str(uuid.uuid4())
+        conn.execute(
+            insert(documents).values(
+                id=document_id,
+                dataset_id=dataset_id,
+                file_name=name,
+                file_size=staged.size,
+                content_type=content_type,
+                sha256=staged.sha256,
+                blob_key=staged.sha256,
+                status="pending",
+                latest_generation=1,
+                chunk_count=0,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        job = self.store.add(
+            NewJob(
+                id=str(uuid.uuid4()),
+                document_id=document_id,
+                dataset_id=dataset_id,
+                generation=1,
+                max_attempts=self.max_attempts,
+                idempotency_key=idempotency_key,
+            ),
+            now=now,
+            tx=conn,
+        )
+        return document_id, job.id
+
+    @staticmethod
+    def _latest_job(conn: Connection, document_id: str) -> tuple[str, str, JobStatus]:
+        row = conn.execute(
+            select(ingest_jobs.c.id, ingest_jobs.c.status)
+            .where(ingest_jobs.c.document_id == document_id)
+            .order_by(ingest_jobs.c.created_at.desc(), ingest_jobs.c.generation.desc())
+            .limit(1)
+        ).one()
+        return document_id, row.id, JobStatus(row.status)
