@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -12,6 +14,9 @@ from sqlalchemy.engine import make_url
 
 from knowledgeops.db.engine import Database
 from knowledgeops.db.migrate import upgrade
+from knowledgeops.ingest.embedders.hashing import HashingEmbedder
+from knowledgeops.runtime import Embedded
+from knowledgeops.settings import Settings
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 POSTGRES_URL = os.environ.get(
@@ -70,3 +75,47 @@ def postgres_db(postgres_template: str) -> Iterator[Database]:
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+@pytest.fixture
+def make_runtime(tmp_path: Any) -> Iterator[Callable[..., Embedded]]:
+    """Build an embedded runtime in a temp folder with the deterministic test embedder and fast
+    timings; started runtimes are stopped at the end of the test."""
+    built: list[Embedded] = []
+
+    def make(*, start: bool = True, embedder: Any = None, **overrides: Any) -> Embedded:
+        values: dict[str, Any] = {
+            "data_dir": tmp_path / f"data{len(built)}",
+            "workers": 2,
+            "heartbeat_interval_s": 0.2,
+            "stale_after_s": 5.0,
+            "relay_interval_s": 0.1,
+            "backoff_base_s": 0.05,
+            "backoff_max_s": 0.2,
+            "embed_batch_size": 8,
+            "chunk_size": 64,
+            "chunk_overlap": 8,
+        }
+        values.update(overrides)
+        runtime = Embedded(Settings(**values), embedder=embedder or HashingEmbedder())
+        built.append(runtime)
+        if start:
+            runtime.start()
+        return runtime
+
+    yield make
+    for runtime in built:
+        if runtime.started_at is not None:
+            runtime.stop()
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
+    """Poll until `predicate()` is truthy; returns its value or fails the test."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout} s")
+        time.sleep(interval)

@@ -92,9 +92,7 @@ class Embedded:
             self.embedder.model_id, settings.chunk_size, settings.chunk_overlap
         )
         self.datasets = Datasets(self.db, self.index, self.blobs, defaults)
-        self.jobs = Jobs(
-            self.db, self.store, retry_attempts=settings.max_attempts, notify=notify
-        )
+        self.jobs = Jobs(self.db, self.store, retry_attempts=settings.max_attempts, notify=notify)
         self.documents = Documents(
             self.db,
             self.store,

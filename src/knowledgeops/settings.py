@@ -1,4 +1,4 @@
-"""One `Settings` object for the whole service, read from `KOPS_*` environment variables (and `.env`).
+"""One `Settings` object for the whole service, from `KOPS_*` environment variables (and `.env`).
 
 Validated at start-up: a bad value stops the process with a message that names the setting.
 """
@@ -86,9 +86,11 @@ class Settings(BaseSettings):
         shown: dict[str, object] = {}
         for name in type(self).model_fields:
             value = getattr(self, name)
-            shown[name] = ("set" if value is not None else "not set") if isinstance(
-                value, SecretStr
-            ) or name == "database_url" else value
+            shown[name] = (
+                ("set" if value is not None else "not set")
+                if isinstance(value, SecretStr) or name == "database_url"
+                else value
+            )
         return shown
 
 

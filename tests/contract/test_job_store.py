@@ -145,7 +145,11 @@ def test_report_is_fenced_by_the_lease_and_commits_with_the_work(harness: Harnes
     job, lease = harness.running()
     ran: list[object] = []
     harness.store.report(
-        lease, now=T0 + timedelta(seconds=5), stage=Stage.EMBEDDING, total=10, processed=4,
+        lease,
+        now=T0 + timedelta(seconds=5),
+        stage=Stage.EMBEDDING,
+        total=10,
+        processed=4,
         work=ran.append,
     )
     got = harness.store.get(job.id)
@@ -193,13 +197,13 @@ def test_complete_is_final_and_fenced(harness: Harness) -> None:
 def test_transient_failure_waits_for_run_after(harness: Harness) -> None:
     job, lease = harness.running()
     retry_at = T0 + timedelta(seconds=30)
-    harness.store.mark_published(
-        [i.id for i in harness.store.due_outbox(now=T0, limit=10)], now=T0
-    )
+    harness.store.mark_published([i.id for i in harness.store.due_outbox(now=T0, limit=10)], now=T0)
     failed = harness.store.fail(lease, BOOM, now=T0, retry_at=retry_at)
     assert failed.status is JobStatus.RETRYING
     assert (failed.error, failed.error_code, failed.error_category) == (
-        "the provider timed out", "timeout", "transient",
+        "the provider timed out",
+        "timeout",
+        "transient",
     )
     assert failed.retryable is True
     assert failed.run_after == retry_at
@@ -348,13 +352,15 @@ def test_outbox_row_is_in_the_callers_transaction(harness: Harness) -> None:
         pytest.skip("the in-memory store has no transactions")
     db = harness.db
     added: list[Job] = []
-    with pytest.raises(RuntimeError), db.write() as conn:
-        added.append(harness.new_job(tx=conn))
-        raise RuntimeError("the upload failed after the job was added")
+
+    def upload_that_fails_after_adding_its_job() -> None:
+        with db.write() as conn:
+            added.append(harness.new_job(tx=conn))
+            raise RuntimeError("the upload failed after the job was added")
+
+    with pytest.raises(RuntimeError):
+        upload_that_fails_after_adding_its_job()
     assert harness.store.get(added[0].id) is None
     with db.read() as conn:
-        rows = conn.execute(
-            select(outbox_table).where(outbox_table.c.job_id == added[0].id)
-        ).all()
+        rows = conn.execute(select(outbox_table).where(outbox_table.c.job_id == added[0].id)).all()
     assert rows == []
-

@@ -68,7 +68,7 @@ class Database:
     def write(self) -> Iterator[Connection]:
         """A transaction that may write; commits on success, rolls back on any exception."""
         with self.engine.connect() as conn:
-            conn = conn.execution_options(kops_write=True)
+            conn.execution_options(kops_write=True)  # read by _on_begin: BEGIN IMMEDIATE
             with conn.begin():
                 yield conn
 

@@ -1,4 +1,4 @@
-"""Schema migrations with Alembic, run from code (`kops migrate`, and at start-up of `kops serve`)."""
+"""Schema migrations with Alembic, run from code (`kops migrate`, and when `kops serve` starts)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The declared schema (DESIGN.md §3). Alembic migrations are generated from it and tested against it.
+"""The declared schema (DESIGN.md §3). Migrations are generated from it and tested against it.
 
 Index structures that belong to one engine (sqlite-vec and FTS5 virtual tables, pgvector columns)
 are owned by that engine's index adapter, not declared here.
@@ -7,6 +7,7 @@ are owned by that engine's index adapter, not declared here.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import cast
 
 from sqlalchemy import (
     BigInteger,
@@ -18,6 +19,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     TypeDecorator,
     UniqueConstraint,
@@ -162,8 +164,8 @@ class Chunk(Base):
     section: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
-datasets = Dataset.__table__
-documents = Document.__table__
-ingest_jobs = IngestJob.__table__
-outbox = Outbox.__table__
-chunks = Chunk.__table__
+datasets = cast(Table, Dataset.__table__)
+documents = cast(Table, Document.__table__)
+ingest_jobs = cast(Table, IngestJob.__table__)
+outbox = cast(Table, Outbox.__table__)
+chunks = cast(Table, Chunk.__table__)

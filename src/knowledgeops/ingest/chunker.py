@@ -1,17 +1,18 @@
 """Chunking by the embedding model's own tokenizer: every chunk fits the model, none cuts a word.
 
-Blocks of one section are joined and cut into windows of at most `size` tokens. A window ends at
-the best boundary in its second half — a paragraph break, then a sentence end, then a space, then
-next to a CJK character (CJK has no spaces between words) — and the next window starts about
-`overlap` tokens earlier, again on a word boundary. Text is read section by section with a bounded buffer,
-so a long document is never tokenised whole.
+Blocks of one section are joined and cut into windows of at most `size` tokens. A window ends
+at the best boundary in its second half (a paragraph break, then a sentence end, then a space,
+then next to a CJK character, as CJK has no spaces between words) and the next window starts
+about `overlap` tokens earlier, again on a word boundary. Text is read section by section through
+a bounded buffer, so a long document is never tokenised whole.
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+import itertools
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -71,27 +72,27 @@ class TokenChunker:
 
     def chunk(self, blocks: Iterable[Block]) -> Iterator[ChunkDraft]:
         ordinal = 0
-        for section, pieces in _sections(blocks):
+        for section, pieces in itertools.groupby(blocks, key=lambda block: block.section):
             for draft in self._chunk_section(section, pieces, ordinal):
                 ordinal = draft.ordinal + 1
                 yield draft
 
     def _chunk_section(
-        self, section: str | None, pieces: Iterator[Block], first_ordinal: int
+        self, section: str | None, pieces: Iterable[Block], first_ordinal: int
     ) -> Iterator[ChunkDraft]:
         buffer = _Buffer()
         ordinal = first_ordinal
         for block in pieces:
             buffer.add(block)
-            if len(buffer.text) >= BUFFER_CHARS:
+            if buffer.length >= BUFFER_CHARS:
                 carry_from = yield from self._emit(buffer, section, ordinal, final=False)
                 ordinal += carry_from[1]
                 buffer = buffer.tail(carry_from[0])
-        _, count = yield from self._emit(buffer, section, ordinal, final=True)
+        yield from self._emit(buffer, section, ordinal, final=True)
 
     def _emit(
         self, buffer: _Buffer, section: str | None, ordinal: int, *, final: bool
-    ) -> Iterator[ChunkDraft]:
+    ) -> Generator[ChunkDraft, None, tuple[int, int]]:
         """Yield the buffer's chunks; when not final, keep the last window (and what follows it)
         for the next buffer. Returns (char offset to carry from, chunks yielded)."""
         text = buffer.text
@@ -127,7 +128,9 @@ class TokenChunker:
             if n - start <= self.size:
                 yield start, n
                 return
-            end = self._best_boundary(text, offsets, tokens, start + self.size // 2, start + self.size)
+            end = self._best_boundary(
+                text, offsets, tokens, start + self.size // 2, start + self.size
+            )
             yield start, end
             start = self._overlap_start(text, offsets, tokens, end, start)
 
@@ -199,32 +202,6 @@ def _is_cjk(char: str) -> bool:
         or 0xFF00 <= code <= 0xFFEF
         or 0x20000 <= code <= 0x2FA1F
     )
-
-
-def _sections(blocks: Iterable[Block]) -> Iterator[tuple[str | None, Iterator[Block]]]:
-    """Group consecutive blocks by section, lazily."""
-    iterator = iter(blocks)
-    pending: list[Block] = []
-    for block in iterator:
-        pending = [block]
-        break
-    while pending:
-        section = pending[0].section
-        following: list[Block] = []
-
-        def run(first: Block, section: str | None = section) -> Iterator[Block]:
-            yield first
-            for block in iterator:
-                if block.section != section:
-                    following.append(block)
-                    return
-                yield block
-
-        group = run(pending[0])
-        yield section, group
-        for _ in group:  # drain what the consumer left
-            pass
-        pending = following
 
 
 class _Buffer:

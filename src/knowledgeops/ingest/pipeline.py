@@ -10,7 +10,7 @@ overwrites its own partial writes instead of adding to them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,9 +69,7 @@ class IngestPipeline:
             )
         pages = _PageCounter()
         blocks = pages.count(clean_blocks(parse(path, source.content_type)))
-        chunker = TokenChunker(
-            self.tokenizer, size=source.chunk_size, overlap=source.chunk_overlap
-        )
+        chunker = TokenChunker(self.tokenizer, size=source.chunk_size, overlap=source.chunk_overlap)
         drafts = list(chunker.chunk(_announce(blocks, ctx)))
         if not drafts:
             raise PermanentError(
@@ -110,7 +108,13 @@ class IngestPipeline:
             vectors = self.embedder.embed([d.text for d in batch])
             rows = [self._indexed(ctx, d, v) for d, v in zip(batch, vectors, strict=True)]
             processed += len(batch)
-            ctx.report(processed=processed, work=lambda tx, rows=rows: self.index.upsert(tx, rows))
+            ctx.report(processed=processed, work=self._writer(rows))
+
+    def _writer(self, rows: list[IndexedChunk]) -> Callable[[Any], None]:
+        def write(tx: Any) -> None:
+            self.index.upsert(tx, rows)
+
+        return write
 
     @staticmethod
     def _indexed(ctx: JobContext, draft: ChunkDraft, vector: Any) -> IndexedChunk:

@@ -30,7 +30,9 @@ def classify(exc: BaseException, *, job_id: str) -> JobError:
     if isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS:
         return TransientError(f"a system resource ran out: {exc.strerror}", code="resource_busy")
     if isinstance(exc, MemoryError):
-        return PermanentError("the document needs more memory than the worker has", code="too_large")
+        return PermanentError(
+            "the document needs more memory than the worker has", code="too_large"
+        )
     reference = secrets.token_hex(4)
     log.error("job %s: unexpected error (reference %s)", job_id, reference, exc_info=exc)
     return PermanentError(

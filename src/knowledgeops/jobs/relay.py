@@ -108,8 +108,9 @@ class Relay:
         can be alive): every running job is orphaned, and every open job must be published again
         because the in-process queue died with the last process."""
         now = self.clock()
-        rescued = self.rescue(stale_before=now + timedelta(microseconds=1))
-        requeued = self.store.requeue_unclaimed(published_before=now, now=now)
+        everything_until_now = now + timedelta(microseconds=1)
+        rescued = self.rescue(stale_before=everything_until_now)
+        requeued = self.store.requeue_unclaimed(published_before=everything_until_now, now=now)
         published, failed = self.publish_due()
         log.info(
             "recovered after restart: %d orphaned running jobs, %d jobs re-published",

@@ -12,7 +12,7 @@ from knowledgeops.errors import ErrorCategory, JobError
 def backoff_delay(
     attempt: int, *, base: float, cap: float, rand: random.Random | None = None
 ) -> float:
-    """Seconds to wait before attempt `attempt + 1`: uniform in [0, min(cap, base * 2**(attempt-1))].
+    """Seconds to wait before attempt `attempt + 1`: uniform in [0, min(cap, base·2^(attempt-1))].
 
     Full jitter (AWS architecture blog, "Exponential Backoff And Jitter") spreads retries of jobs
     that failed together, so a provider that recovers is not hit by all of them at once.

@@ -76,9 +76,7 @@ class SqlJobStore:
         if lease is not None:
             stmt = stmt.where(J.c.lease_owner == lease.owner, J.c.attempt == lease.attempt)
         result = conn.execute(
-            stmt.values(
-                status=new_status.value, version=J.c.version + 1, updated_at=now, **values
-            )
+            stmt.values(status=new_status.value, version=J.c.version + 1, updated_at=now, **values)
         )
         if result.rowcount != 1:
             return False

@@ -1,7 +1,7 @@
 """The job state machine (DESIGN.md §4): every status, every stage, and every allowed transition.
 
     pending ──claim──▶ running ──complete──▶ completed
-       ▲                 │ retry_later (transient, attempts left; worker lost; shutdown) ──▶ retrying
+       │                 │ retry_later (transient, attempts left; worker lost) ──▶ retrying
        │                 │ fail (permanent, user action, attempts spent) ──▶ failed
        │             retrying ──claim (run_after due)──▶ running
        │  pending | retrying | running ──cancel──▶ cancelled

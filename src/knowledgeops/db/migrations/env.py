@@ -1,4 +1,4 @@
-"""Alembic environment: runs the migrations on the connection `knowledgeops.db.migrate` passes in."""
+"""Alembic environment: runs the migrations on the connection that `db/migrate.py` passes in."""
 
 from __future__ import annotations
 

@@ -65,9 +65,7 @@ class ChunkIndex(Protocol):
 
     def delete_dataset(self, tx: Tx, dataset_id: str) -> None: ...
 
-    def search_vector(
-        self, dataset_id: str, vector: npt.NDArray[np.float32], k: int
-    ) -> list[Hit]:
+    def search_vector(self, dataset_id: str, vector: npt.NDArray[np.float32], k: int) -> list[Hit]:
         """The k nearest active chunks by cosine similarity (score in [-1, 1], higher is nearer)."""
         ...
 

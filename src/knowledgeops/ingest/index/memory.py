@@ -6,8 +6,8 @@ Held to `SqliteIndex`'s behaviour by the shared contract suite (tests/contract/t
 from __future__ import annotations
 
 import math
-import threading
 import re
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -69,9 +69,7 @@ class MemoryIndex:
             if c.dataset_id == dataset_id and self.active.get(c.document_id) == c.generation
         ]
 
-    def search_vector(
-        self, dataset_id: str, vector: npt.NDArray[np.float32], k: int
-    ) -> list[Hit]:
+    def search_vector(self, dataset_id: str, vector: npt.NDArray[np.float32], k: int) -> list[Hit]:
         with self._lock:
             live = self._live(dataset_id)
         scored = [(float(np.dot(c.vector, vector)), c) for c in live]

@@ -74,7 +74,8 @@ class SqliteIndex:
             ).scalar_one()
             self._drop_index_rows(conn, [rowid])
             conn.exec_driver_sql(
-                f"INSERT INTO {self.vec} (rowid, embedding, dataset_id, active) VALUES (?, ?, ?, 0)",
+                f"INSERT INTO {self.vec} (rowid, embedding, dataset_id, active) "
+                "VALUES (?, ?, ?, 0)",
                 (rowid, _blob(chunk.vector), chunk.dataset_id),
             )
             conn.exec_driver_sql(
@@ -125,9 +126,7 @@ class SqliteIndex:
             conn.exec_driver_sql(f"DELETE FROM {self.fts} WHERE rowid IN ({marks})", tuple(part))
 
     # --- reads ----------------------------------------------------------------------------------
-    def search_vector(
-        self, dataset_id: str, vector: npt.NDArray[np.float32], k: int
-    ) -> list[Hit]:
+    def search_vector(self, dataset_id: str, vector: npt.NDArray[np.float32], k: int) -> list[Hit]:
         with self.db.read() as conn:
             rows = conn.exec_driver_sql(
                 f"SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "

@@ -1,0 +1,259 @@
+"""One contract for every ChunkIndex: in memory and SQLite (sqlite-vec + FTS5) behave the same."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import insert
+
+from knowledgeops.db.engine import Database
+from knowledgeops.db.schema import datasets, documents
+from knowledgeops.ingest.embedders.hashing import HashingEmbedder
+from knowledgeops.ingest.index.base import ChunkIndex, IndexedChunk, chunk_id, text_hash
+from knowledgeops.ingest.index.memory import MemoryIndex
+from knowledgeops.ingest.index.sqlite import SqliteIndex
+
+EMBED = HashingEmbedder(dimension=64)
+
+
+class Harness:
+    def __init__(self, index: ChunkIndex, db: Database | None) -> None:
+        self.index = index
+        self.db = db
+
+    @contextmanager
+    def tx(self) -> Iterator[Any]:
+        if self.db is None:
+            yield None
+        else:
+            with self.db.write() as conn:
+                yield conn
+
+    def dataset(self) -> str:
+        dataset_id = str(uuid.uuid4())
+        if self.db is not None:
+            with self.db.write() as conn:
+                conn.execute(
+                    insert(datasets).values(
+                        id=dataset_id,
+                        name=dataset_id,
+                        embedding_model="hash",
+                        chunk_size=64,
+                        chunk_overlap=8,
+                    )
+                )
+        return dataset_id
+
+    def document(self, dataset_id: str) -> str:
+        document_id = str(uuid.uuid4())
+        if self.db is not None:
+            with self.db.write() as conn:
+                conn.execute(
+                    insert(documents).values(
+                        id=document_id,
+                        dataset_id=dataset_id,
+                        file_name="f.txt",
+                        file_size=1,
+                        content_type="text/plain",
+                        sha256=document_id,
+                        blob_key=document_id,
+                    )
+                )
+        return document_id
+
+    def write(self, dataset_id: str, document_id: str, generation: int, texts: list[str]) -> None:
+        chunks = [
+            IndexedChunk(
+                id=chunk_id(document_id, generation, n),
+                document_id=document_id,
+                dataset_id=dataset_id,
+                generation=generation,
+                ordinal=n,
+                text=text,
+                content_hash=text_hash(text),
+                token_count=len(text.split()),
+                page_start=n + 1,
+                page_end=n + 1,
+                section="Intro",
+                vector=EMBED.vector(text),
+            )
+            for n, text in enumerate(texts)
+        ]
+        with self.tx() as tx:
+            self.index.upsert(tx, chunks)
+
+    def activate(self, document_id: str, generation: int) -> int:
+        with self.tx() as tx:
+            return self.index.activate(tx, document_id, generation)
+
+    def texts(self, dataset_id: str, query: str, mode: str = "vector", k: int = 10) -> list[str]:
+        if mode == "vector":
+            hits = self.index.search_vector(dataset_id, EMBED.vector(query), k)
+        else:
+            hits = self.index.search_keyword(dataset_id, query, k)
+        return [hit.text for hit in hits]
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def harness(request: pytest.FixtureRequest) -> Harness:
+    if request.param == "memory":
+        return Harness(MemoryIndex(), None)
+    db: Database = request.getfixturevalue("sqlite_db")
+    index = SqliteIndex(db, EMBED.dimension)
+    index.ensure()
+    return Harness(index, db)
+
+
+DOC = [
+    "ownership rules in rust move values between variables",
+    "borrowing lets you refer to a value without taking ownership",
+    "the cargo build tool compiles crates and fetches dependencies",
+]
+
+
+def test_nothing_is_searchable_before_activation(harness: Harness) -> None:
+    ds = harness.dataset()
+    doc = harness.document(ds)
+    harness.write(ds, doc, 1, DOC)
+    assert harness.texts(ds, "ownership") == []
+    assert harness.texts(ds, "ownership", "keyword") == []
+    assert harness.activate(doc, 1) == 3
+    assert harness.texts(ds, "cargo build crates", k=1) == [DOC[2]]
+    assert harness.texts(ds, "cargo", "keyword") == [DOC[2]]
+
+
+def test_hits_carry_their_position(harness: Harness) -> None:
+    ds = harness.dataset()
+    doc = harness.document(ds)
+    harness.write(ds, doc, 1, DOC)
+    harness.activate(doc, 1)
+    (hit,) = harness.index.search_keyword(ds, "borrowing", 5)
+    assert (hit.document_id, hit.ordinal, hit.page_start, hit.section) == (doc, 1, 2, "Intro")
+    assert hit.chunk_id == chunk_id(doc, 1, 1)
+    assert hit.score > 0
+    vector_hits = harness.index.search_vector(ds, EMBED.vector(DOC[0]), 3)
+    assert vector_hits[0].text == DOC[0]
+    assert vector_hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert [h.score for h in vector_hits] == sorted((h.score for h in vector_hits), reverse=True)
+
+
+def test_rewriting_a_generation_overwrites_instead_of_duplicating(harness: Harness) -> None:
+    ds = harness.dataset()
+    doc = harness.document(ds)
+    harness.write(ds, doc, 1, DOC)
+    harness.write(ds, doc, 1, DOC)  # a retried batch writes the same ids again
+    assert harness.activate(doc, 1) == 3
+    assert len(harness.texts(ds, "ownership rules cargo borrowing", k=10)) == 3
+    assert harness.texts(ds, "ownership", "keyword").count(DOC[0]) == 1
+
+
+def test_a_new_generation_replaces_the_old_only_when_activated(harness: Harness) -> None:
+    ds = harness.dataset()
+    doc = harness.document(ds)
+    harness.write(ds, doc, 1, DOC)
+    harness.activate(doc, 1)
+    harness.write(ds, doc, 2, ["async await futures and tokio runtimes"])
+    assert harness.texts(ds, "tokio", "keyword") == []
+    assert harness.texts(ds, "cargo", "keyword") == [DOC[2]]
+    assert harness.activate(doc, 2) == 1
+    assert harness.texts(ds, "tokio", "keyword") == ["async await futures and tokio runtimes"]
+    assert harness.texts(ds, "cargo", "keyword") == []
+    assert len(harness.texts(ds, "anything at all", k=10)) == 1
+
+
+def test_discarding_a_generation_keeps_the_active_one(harness: Harness) -> None:
+    ds = harness.dataset()
+    doc = harness.document(ds)
+    harness.write(ds, doc, 1, DOC)
+    harness.activate(doc, 1)
+    harness.write(ds, doc, 2, ["half written reindex about macros"])
+    with harness.tx() as tx:
+        harness.index.discard(tx, doc, 2)
+    assert harness.texts(ds, "cargo", "keyword") == [DOC[2]]
+    assert harness.texts(ds, "macros", "keyword") == []
+    assert harness.activate(doc, 1) == 3
+
+
+def test_deleting_a_document_removes_it_from_search_at_once(harness: Harness) -> None:
+    ds = harness.dataset()
+    keep, drop = harness.document(ds), harness.document(ds)
+    harness.write(ds, keep, 1, ["traits define shared behaviour"])
+    harness.write(ds, drop, 1, ["traits and generics in the dropped file"])
+    harness.activate(keep, 1)
+    harness.activate(drop, 1)
+    with harness.tx() as tx:
+        harness.index.delete_document(tx, drop)
+    assert harness.texts(ds, "traits", "keyword") == ["traits define shared behaviour"]
+    assert harness.texts(ds, "traits generics dropped", k=10) == ["traits define shared behaviour"]
+
+
+def test_search_is_scoped_to_its_dataset_and_dataset_delete(harness: Harness) -> None:
+    first, second = harness.dataset(), harness.dataset()
+    a, b = harness.document(first), harness.document(second)
+    harness.write(first, a, 1, ["lifetimes annotate references"])
+    harness.write(second, b, 1, ["lifetimes in another dataset"])
+    harness.activate(a, 1)
+    harness.activate(b, 1)
+    assert harness.texts(first, "lifetimes", "keyword") == ["lifetimes annotate references"]
+    assert harness.texts(second, "lifetimes") == ["lifetimes in another dataset"]
+    with harness.tx() as tx:
+        harness.index.delete_dataset(tx, second)
+    assert harness.texts(second, "lifetimes", "keyword") == []
+    assert harness.texts(first, "lifetimes", "keyword") == ["lifetimes annotate references"]
+
+
+def test_keyword_ranking_prefers_more_matching_words(harness: Harness) -> None:
+    ds = harness.dataset()
+    doc = harness.document(ds)
+    harness.write(
+        ds,
+        doc,
+        1,
+        [
+            "closures capture their environment",
+            "iterators and closures work together lazily with iterators adapters",
+            "smart pointers like box and rc",
+        ],
+    )
+    harness.activate(doc, 1)
+    texts = harness.texts(ds, "iterators closures", "keyword")
+    assert texts[0].startswith("iterators and closures")
+    assert set(texts) == {
+        "closures capture their environment",
+        "iterators and closures work together lazily with iterators adapters",
+    }
+
+
+def test_keyword_search_finds_chinese_words(harness: Harness) -> None:
+    ds = harness.dataset()
+    doc = harness.document(ds)
+    harness.write(ds, doc, 1, ["任务状态机描述了导入流程", "重试需要分类", "幂等键避免重复"])
+    harness.activate(doc, 1)
+    assert harness.texts(ds, "状态机", "keyword") == ["任务状态机描述了导入流程"]
+    assert harness.texts(ds, "如何重试", "keyword") == []  # phrase must appear as written
+    assert harness.texts(ds, "重试", "keyword") == ["重试需要分类"]
+
+
+def test_queries_with_only_punctuation_or_fts_syntax_are_safe(harness: Harness) -> None:
+    ds = harness.dataset()
+    doc = harness.document(ds)
+    harness.write(ds, doc, 1, DOC)
+    harness.activate(doc, 1)
+    assert harness.texts(ds, "?!", "keyword") == []
+    assert harness.texts(ds, 'NEAR(" ^ * :', "keyword") == []
+    assert harness.texts(ds, '"cargo" OR crates*', "keyword") == [DOC[2]]
+
+
+def test_vectors_are_compared_by_cosine(harness: Harness) -> None:
+    ds = harness.dataset()
+    doc = harness.document(ds)
+    harness.write(ds, doc, 1, DOC)
+    harness.activate(doc, 1)
+    query = EMBED.vector(DOC[1]) * np.float32(5.0)  # length does not matter for cosine
+    assert harness.texts(ds, DOC[1], k=1) == [DOC[1]]
+    assert harness.index.search_vector(ds, query / np.linalg.norm(query), 1)[0].text == DOC[1]

@@ -1,0 +1,217 @@
+"""Small pure pieces: file names, settings, fusion, query terms, error classes, blobs, locks."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy.exc import OperationalError
+
+from knowledgeops.blobs import LocalBlobStore
+from knowledgeops.errors import (
+    ErrorCategory,
+    InvalidRequest,
+    PayloadTooLarge,
+    PermanentError,
+    TransientError,
+)
+from knowledgeops.ingest.embedders.hashing import HashingEmbedder
+from knowledgeops.ingest.index.base import Hit, chunk_id, query_terms, spaced_cjk
+from knowledgeops.jobs.classify import classify
+from knowledgeops.lockfile import DataDirLock, DataDirLocked
+from knowledgeops.service.search import reciprocal_rank_fusion
+from knowledgeops.service.uploads import check_idempotency_key, display_name
+from knowledgeops.settings import Settings, SettingsError, load_settings
+
+
+# --- file names -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("report.pdf", "report.pdf"),
+        ("../../etc/passwd.txt", "passwd.txt"),
+        ("C:\\Users\\me\\notes.md", "notes.md"),
+        ("bad\x00na\x1bme\x7f.txt", "badname.txt"),
+        ("  spaced  .docx ", "spaced  .docx"),
+        ("..", "upload.pdf"),
+        ("", "upload.pdf"),
+        (None, "upload.pdf"),
+    ],
+)
+def test_display_names_are_sanitised(raw: str | None, shown: str) -> None:
+    assert display_name(raw, "application/pdf") == shown
+
+
+def test_long_names_keep_their_extension() -> None:
+    name = display_name("x" * 500 + ".pdf")
+    assert len(name) <= 255
+    assert name.endswith("….pdf")
+    assert len(display_name("y" * 600)) <= 255
+
+
+def test_idempotency_keys() -> None:
+    assert check_idempotency_key(None) is None
+    assert check_idempotency_key("order-42") == "order-42"
+    for bad in ["", "x" * 201, "has space", "naïve"]:
+        with pytest.raises(InvalidRequest):
+            check_idempotency_key(bad)
+
+
+# --- settings ---------------------------------------------------------------------------------
+def test_settings_defaults_and_sqlite_url(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path)
+    assert settings.is_sqlite
+    assert settings.resolved_database_url == f"sqlite:///{(tmp_path / 'kops.db').resolve()}"
+    assert settings.max_upload_bytes == 100 * 1024 * 1024
+
+
+def test_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KOPS_PORT", "9123")
+    monkeypatch.setenv("KOPS_MAX_UPLOAD_MB", "2.5")
+    settings = load_settings()
+    assert (settings.port, settings.max_upload_bytes) == (9123, int(2.5 * 1024 * 1024))
+
+
+def test_bad_settings_name_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KOPS_PORT", "not-a-port")
+    monkeypatch.setenv("KOPS_WORKERS", "0")
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+    message = str(raised.value)
+    assert "KOPS_PORT" in message
+    assert "not-a-port" in message
+    assert "KOPS_WORKERS" in message
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        ({"chunk_size": 300}, "chunk_size"),
+        ({"chunk_size": 100, "chunk_overlap": 60}, "chunk_overlap"),
+        ({"backoff_base_s": 10, "backoff_max_s": 5}, "backoff_max_s"),
+    ],
+)
+def test_inconsistent_settings_are_refused(overrides: dict[str, float], words: str) -> None:
+    with pytest.raises(SettingsError, match=words):
+        load_settings(**overrides)
+
+
+def test_secrets_never_show_in_the_description() -> None:
+    settings = Settings(database_url="postgresql://kops:hunter2@db/kops")  # type: ignore[arg-type]
+    shown = str(settings.describe())
+    assert "hunter2" not in shown
+    assert "'database_url': 'set'" in shown
+    assert "hunter2" not in repr(settings)
+
+
+# --- fusion and query terms -------------------------------------------------------------------
+def hit(chunk: str, score: float = 0.0) -> Hit:
+    return Hit(chunk, "doc", 0, chunk, None, None, None, score)
+
+
+def test_reciprocal_rank_fusion_rewards_agreement() -> None:
+    vector = [hit("a"), hit("b"), hit("c")]
+    keyword = [hit("c"), hit("d"), hit("a")]
+    fused = reciprocal_rank_fusion([vector, keyword], k=60)
+    assert [h.chunk_id for h in fused] == ["a", "c", "b", "d"]
+    assert fused[0].score == pytest.approx(1 / 61 + 1 / 63)
+    assert fused[2].score == pytest.approx(1 / 62)
+    assert reciprocal_rank_fusion([[], []]) == []
+
+
+def test_query_terms() -> None:
+    assert query_terms("How does Ownership work? ownership!") == [
+        "how",
+        "does",
+        "ownership",
+        "work",
+    ]
+    assert query_terms("任务状态 retry") == ["任 务 状 态", "retry"]
+    assert query_terms("?! ()") == []
+    assert spaced_cjk("abc状态机def") == "abc 状 态 机 def"
+
+
+def test_chunk_ids_are_stable_and_distinct() -> None:
+    assert chunk_id("d", 1, 0) == chunk_id("d", 1, 0)
+    assert len({chunk_id("d", 1, 0), chunk_id("d", 2, 0), chunk_id("d", 1, 1)}) == 3
+
+
+def test_hashing_embedder_is_deterministic_and_normalised() -> None:
+    embedder = HashingEmbedder(dimension=32)
+    a, b = embedder.embed(["ownership rules", "ownership rules"])
+    assert np.array_equal(a, b)
+    assert float(np.linalg.norm(a)) == pytest.approx(1.0)
+    assert (embedder.calls, embedder.texts, embedder.batch_sizes) == (1, 2, [2])
+
+
+# --- error classification ----------------------------------------------------------------------
+def test_classification() -> None:
+    transient = TransientError("x", code="y")
+    assert classify(transient, job_id="j") is transient
+    db = classify(OperationalError("SELECT 1", {}, Exception("database is locked")), job_id="j")
+    assert (db.category, db.code) == (ErrorCategory.TRANSIENT, "database_unavailable")
+    assert classify(TimeoutError(), job_id="j").category is ErrorCategory.TRANSIENT
+    disk = classify(OSError(errno.ENOSPC, "No space left on device"), job_id="j")
+    assert disk.category is ErrorCategory.TRANSIENT
+    missing = classify(FileNotFoundError(errno.ENOENT, "gone"), job_id="j")
+    assert (missing.category, missing.code) == (ErrorCategory.PERMANENT, "internal_error")
+    bug = classify(ZeroDivisionError(), job_id="j")
+    assert isinstance(bug, PermanentError)
+    assert "reference" in bug.message
+
+
+# --- blobs -------------------------------------------------------------------------------------
+def test_staged_uploads_are_content_addressed(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+    staged = store.stage(max_bytes=100)
+    staged.write(b"hello ")
+    staged.write(b"world")
+    key = staged.commit()
+    assert key == "b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9"
+    assert store.path(key).read_bytes() == b"hello world"
+    assert store.path(key).relative_to(tmp_path / "blobs").parts[:2] == ("b9", "4d")
+    assert list(store.incoming.iterdir()) == []
+    again = store.stage(max_bytes=100)
+    again.write(b"hello world")
+    assert again.commit() == key
+    assert list(store.incoming.iterdir()) == []
+
+
+def test_staged_uploads_stop_at_the_limit(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+    staged = store.stage(max_bytes=10)
+    staged.write(b"12345")
+    with pytest.raises(PayloadTooLarge, match="KOPS_MAX_UPLOAD_MB"):
+        staged.write(b"678901")
+    assert list(store.incoming.iterdir()) == []
+    assert list((tmp_path / "blobs").rglob("*")) == []
+
+
+def test_blob_keys_cannot_name_paths(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+    for bad in ["../../etc/passwd", "a" * 63 + "/", "Z" * 64]:
+        with pytest.raises(ValueError, match="not a blob key"):
+            store.path(bad)
+
+
+def test_leftover_partial_uploads_are_cleared(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+    store.stage(max_bytes=10).write(b"abc")
+    assert store.clear_incoming() == 1
+    assert list(store.incoming.iterdir()) == []
+
+
+# --- the data folder lock ----------------------------------------------------------------------
+def test_one_process_per_data_folder(tmp_path: Path) -> None:
+    first = DataDirLock(tmp_path)
+    first.acquire()
+    first.acquire()  # idempotent in the holder
+    second = DataDirLock(tmp_path)
+    with pytest.raises(DataDirLocked, match="scale-out") as raised:
+        second.acquire()
+    assert str(tmp_path.resolve()) in str(raised.value)
+    first.release()
+    second.acquire()
+    second.release()
