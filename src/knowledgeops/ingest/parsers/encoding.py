@@ -54,6 +54,49 @@ _MULTIBYTE = frozenset(
 )
 
 
+# Python names of single-byte code pages for Latin scripts (charset-normalizer's candidates).
+_LATIN_SINGLE_BYTE = frozenset(
+    {
+        "cp1250",
+        "cp1252",
+        "cp1254",
+        "cp1257",
+        "cp1258",
+        "iso8859-1",
+        "iso8859-2",
+        "iso8859-3",
+        "iso8859-4",
+        "iso8859-9",
+        "iso8859-10",
+        "iso8859-13",
+        "iso8859-14",
+        "iso8859-15",
+        "iso8859-16",
+        "mac-latin2",
+        "mac-roman",
+        "cp437",
+        "cp775",
+        "cp850",
+        "cp852",
+        "cp858",
+    }
+)
+_NON_WESTERN_LATIN_LANGUAGES = frozenset(
+    {
+        "Polish",
+        "Czech",
+        "Slovak",
+        "Hungarian",
+        "Croatian",
+        "Slovene",
+        "Lithuanian",
+        "Latvian",
+        "Estonian",
+        "Turkish",
+    }
+)
+
+
 def bom_encoding(head: bytes) -> str | None:
     """The codec for a byte-order mark at the start of `head` (the codec strips it), else None."""
     for bom, name in _BOMS:
@@ -83,6 +126,15 @@ def _is_utf8(sample: bytes, complete: bool) -> bool:
     return True
 
 
+def _mostly_utf8(sample: bytes) -> bool:
+    """UTF-8 text with a few stray invalid bytes (a bad paste, a truncated character): many valid
+    multi-byte characters and next to no invalid bytes. Legacy 8-bit text has the reverse."""
+    text = sample.decode("utf-8", errors="replace")
+    invalid = text.count("\ufffd")
+    valid = sum(1 for ch in text if ord(ch) > 0x7F) - invalid
+    return valid >= 20 * invalid and invalid <= max(1, len(sample) // 1000)
+
+
 def _trim_sample(sample: bytes) -> bytes:
     """Cut a partial sample at a line end so no multi-byte character is split at its end."""
     cut = sample.rfind(b"\n")
@@ -100,6 +152,17 @@ def _strictly_decodes(sample: bytes, encoding: str, complete: bool) -> bool:
     return True
 
 
+def _reads_as_western(sample: bytes, complete: bool) -> bool:
+    """Whether the sample, read as Windows-1252, looks like a Western language: valid, and mostly
+    ASCII letters (Cyrillic or Greek bytes read as cp1252 give words made only of accented ones)."""
+    if not _strictly_decodes(sample, FALLBACK_ENCODING, complete):
+        return False
+    text = sample.decode(FALLBACK_ENCODING, errors="replace")
+    letters = [ch for ch in text if ch.isalpha()]
+    accented = sum(1 for ch in letters if not ch.isascii())
+    return accented <= 0.3 * len(letters)
+
+
 def detect_encoding(sample: bytes, *, complete: bool = False) -> str:
     """Decide the encoding of text whose first bytes are `sample`.
 
@@ -113,6 +176,8 @@ def detect_encoding(sample: bytes, *, complete: bool = False) -> str:
         return "utf-8"
     if not complete:
         sample = _trim_sample(sample)
+    if _mostly_utf8(sample):
+        return "utf-8"
     return _guess(sample, complete)
 
 
@@ -125,17 +190,18 @@ def _guess(sample: bytes, complete: bool) -> str:
     name = _SUPERSETS.get(name, name)
     if name in _MULTIBYTE:
         return name
-    # Single-byte code pages: charset-normalizer often cannot tell Western ones apart and then
-    # picks an arbitrary one (cp1250 for French). Prefer Windows-1252 when it ties with the best
-    # match, or when the best match has no language evidence at all and cp1252 reads the bytes.
-    for match in matches:
-        if (
-            codec_name(match.encoding) == FALLBACK_ENCODING
-            and match.percent_chaos <= best.percent_chaos
-            and match.percent_coherence >= best.percent_coherence
-        ):
+    if name not in _LATIN_SINGLE_BYTE:
+        # Another script's code page: trust it only with some language evidence (a few accented
+        # words give none, and then any code page "fits").
+        if best.percent_coherence == 0.0 and _reads_as_western(sample, complete):
             return FALLBACK_ENCODING
-    if best.percent_coherence == 0.0 and _strictly_decodes(sample, FALLBACK_ENCODING, complete):
+        return name
+    # A Latin-script single-byte code page: charset-normalizer cannot tell these apart reliably
+    # (it calls French cp1250 and Danish cp1257). Windows-1252 (a superset of Latin-1) is by far
+    # the most common, so it wins unless the language found needs another code page.
+    if best.language in _NON_WESTERN_LATIN_LANGUAGES:
+        return name
+    if _strictly_decodes(sample, FALLBACK_ENCODING, complete):
         return FALLBACK_ENCODING
     return name
 

@@ -1,8 +1,8 @@
 """Turns a stream of headings and paragraphs into section-tagged blocks of bounded size.
 
-Shared by the parsers of formats with headings (Markdown, HTML, DOCX). A heading closes the current
-section's block, replaces the headings at its level and below in the section path ("Install › Linux"),
-and becomes the first line of the new section's text.
+Shared by the parsers of formats with headings (Markdown, HTML, DOCX). A heading closes the
+current section's block, replaces the headings at its level and below in the section path
+("Install › Linux"), and becomes the first line of the new section's text.
 """
 
 from __future__ import annotations
@@ -44,7 +44,11 @@ class SectionBuilder:
         """The current heading path, or None before the first heading."""
         if not self._headings:
             return None
-        return SECTION_SEPARATOR.join(title for _, title in self._headings)
+        path: list[str] = []
+        for _, title in self._headings:
+            if not path or path[-1] != title:  # "Setup › Setup" says nothing more than "Setup"
+                path.append(title)
+        return SECTION_SEPARATOR.join(path)
 
     def heading(self, level: int, title: str) -> list[Block]:
         """Start a section at `level` (smaller is higher; 0 = document title) titled `title`."""

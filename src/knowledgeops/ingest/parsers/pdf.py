@@ -1,0 +1,140 @@
+"""PDF via pypdfium2: one block per page, sections from the document outline (bookmarks).
+
+PDFium is not thread-safe, not even across different documents, and the embedded topology runs
+several worker threads in one process. Every PDFium call here therefore runs under `PDFIUM_LOCK`,
+which is held for one short step at a time (open, one page, close) and never across a `yield`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pypdfium2 as pdfium
+import pypdfium2.raw as pdfium_raw
+
+from knowledgeops.errors import PermanentError, UserActionRequired
+from knowledgeops.ingest.parsers.base import Block, ContentType
+from knowledgeops.ingest.parsers.sections import SECTION_SEPARATOR
+
+log = logging.getLogger(__name__)
+
+PDFIUM_LOCK = threading.Lock()
+"""Serialises all PDFium calls in this process; take it for any other use of pypdfium2."""
+
+MAX_OUTLINE_DEPTH = 8
+
+ENCRYPTED_MESSAGE = (
+    "The PDF is password-protected. Remove the password (e.g. print to a new PDF) "
+    "and upload it again."
+)
+NO_TEXT_MESSAGE = (
+    "The PDF has no text layer (it looks like scanned images). Run OCR on it "
+    "(e.g. with ocrmypdf or your scanner software) and upload the result."
+)
+
+# PDFium reports a hyphen that ended a layout line as U+FFFE (get_text_range) or U+0002
+# (get_text_bounded), with the line break already removed. It is kept as a hyphen: in the
+# PDFs seen so far these are real hyphens ("build-essential"), not hyphenation.
+_PDFIUM_TEXT_FIXES = str.maketrans({"\ufffe": "-", "\x02": "-", "\r": None})
+
+
+class _Outline:
+    """Bookmark paths by first page, to find the section a page belongs to."""
+
+    def __init__(self, entries: list[tuple[int, str]]) -> None:
+        entries.sort(key=lambda entry: entry[0])  # stable: keeps outline order within a page
+        self._pages = [page for page, _ in entries]
+        self._paths = [path for _, path in entries]
+
+    def section_for(self, page_index: int) -> str | None:
+        """The path of the last bookmark that points at or before `page_index`."""
+        at = bisect.bisect_right(self._pages, page_index) - 1
+        return self._paths[at] if at >= 0 else None
+
+
+def _join_path(titles: list[str]) -> str:
+    path: list[str] = []
+    for title in titles:
+        if title and (not path or path[-1] != title):
+            path.append(title)
+    return SECTION_SEPARATOR.join(path)
+
+
+def _read_outline(pdf: Any) -> _Outline:
+    entries: list[tuple[int, str]] = []
+    stack: list[str] = []
+    try:
+        for bookmark in pdf.get_toc(max_depth=MAX_OUTLINE_DEPTH):
+            title = " ".join(bookmark.get_title().split())
+            level = min(bookmark.level, len(stack))
+            del stack[level:]
+            stack.append(title)
+            dest = bookmark.get_dest()
+            index = dest.get_index() if dest is not None else None
+            if title and index is not None and index >= 0:
+                entries.append((index, _join_path(stack)))
+    except (pdfium.PdfiumError, ValueError, OSError) as exc:
+        # A broken outline must not cost the text: carry on without sections.
+        log.warning("ignoring an unreadable PDF outline: %s", exc)
+    return _Outline(entries)
+
+
+def _open(path: Path) -> Any:
+    try:
+        return pdfium.PdfDocument(str(path))
+    except pdfium.PdfiumError as exc:
+        code = getattr(exc, "err_code", None)
+        if code in (pdfium_raw.FPDF_ERR_PASSWORD, pdfium_raw.FPDF_ERR_SECURITY):
+            raise UserActionRequired(ENCRYPTED_MESSAGE, code="pdf_encrypted") from exc
+        raise PermanentError(
+            f"The file could not be read as a PDF ({exc}). It may be damaged or incomplete; "
+            "export or download it again and upload the new copy.",
+            code="corrupt_file",
+        ) from exc
+
+
+def _page_text(pdf: Any, index: int) -> str:
+    page = pdf[index]
+    try:
+        textpage = page.get_textpage()
+        try:
+            text: str = textpage.get_text_range()
+        finally:
+            textpage.close()
+    finally:
+        page.close()
+    return text.translate(_PDFIUM_TEXT_FIXES)
+
+
+class PdfParser:
+    """PDF documents with a text layer."""
+
+    content_type = ContentType.PDF
+
+    def parse(self, path: Path) -> Iterator[Block]:
+        with PDFIUM_LOCK:
+            pdf = _open(path)
+        try:
+            with PDFIUM_LOCK:
+                page_count = len(pdf)
+                outline = _read_outline(pdf)
+            if page_count == 0:
+                raise PermanentError("The PDF has no pages.", code="corrupt_file")
+            found_text = False
+            for index in range(page_count):
+                with PDFIUM_LOCK:
+                    text = _page_text(pdf, index)
+                if not text.strip():
+                    continue
+                found_text = True
+                yield Block(text=text, page=index + 1, section=outline.section_for(index))
+            if not found_text:
+                raise PermanentError(NO_TEXT_MESSAGE, code="no_text_layer")
+        finally:
+            with PDFIUM_LOCK:
+                pdf.close()

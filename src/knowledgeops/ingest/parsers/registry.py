@@ -1,0 +1,89 @@
+"""The one place that picks a parser for a content type and classifies what parsing raised.
+
+Parsers raise `PermanentError`/`UserActionRequired` for the failures they understand; any other
+exception a parsing library raises on a bad file is translated here into
+`PermanentError(code="corrupt_file")`, so the runner never sees a library's exception types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from knowledgeops.errors import JobError, PermanentError
+from knowledgeops.ingest.parsers.base import Block, ContentType, Parser
+from knowledgeops.ingest.parsers.docx import DocxParser
+from knowledgeops.ingest.parsers.html import HtmlParser
+from knowledgeops.ingest.parsers.markdown import MarkdownParser
+from knowledgeops.ingest.parsers.pdf import PdfParser
+from knowledgeops.ingest.parsers.text import TextParser
+
+_PARSERS: dict[str, Parser] = {
+    parser.content_type: parser
+    for parser in (PdfParser(), DocxParser(), HtmlParser(), MarkdownParser(), TextParser())
+}
+
+KIND_NAMES = {
+    ContentType.PDF: "a PDF",
+    ContentType.DOCX: "a Word document",
+    ContentType.HTML: "HTML",
+    ContentType.MARKDOWN: "Markdown",
+    ContentType.TEXT: "text",
+}
+
+_MAX_REASON_CHARS = 200
+
+
+def parser_for(content_type: str) -> Parser:
+    """The parser for a canonical content type; `PermanentError(unsupported_type)` if none."""
+    parser = _PARSERS.get(content_type)
+    if parser is None:
+        raise PermanentError(
+            f"Documents of type {content_type!r} cannot be parsed.", code="unsupported_type"
+        )
+    return parser
+
+
+def _reason(exc: BaseException) -> str:
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    if len(reason) > _MAX_REASON_CHARS:
+        reason = reason[: _MAX_REASON_CHARS - 1] + "…"
+    return reason
+
+
+def parse(path: Path, content_type: str) -> Iterator[Block]:
+    """Parse a stored file lazily into blocks, with every failure classified as a `JobError`.
+
+    Raises `PermanentError(unsupported_type)` at once for an unknown content type. While iterating,
+    failures are classified by `translate_errors`.
+    """
+    parser = parser_for(content_type)
+    return translate_errors(parser.parse(path), KIND_NAMES.get(content_type, content_type))
+
+
+def translate_errors(blocks: Iterator[Block], kind: str) -> Iterator[Block]:
+    """Pass `blocks` through, translating what a parsing library raises into `JobError`s.
+
+    `JobError`s pass through unchanged; `OSError` (the stored file cannot be read: a storage
+    problem, not a property of the document) and `MemoryError` propagate for the runner to
+    classify, as do `KeyboardInterrupt` and other non-`Exception`s; anything else becomes
+    `PermanentError(corrupt_file)` "The file could not be read as <kind>: <reason>".
+    The wrapped iterator is closed when this one is closed or fails.
+    """
+    try:
+        while True:
+            try:
+                block = next(blocks)
+            except StopIteration:
+                return
+            except (JobError, OSError, MemoryError):
+                raise
+            except Exception as exc:
+                raise PermanentError(
+                    f"The file could not be read as {kind}: {_reason(exc)}", code="corrupt_file"
+                ) from exc
+            yield block
+    finally:
+        close = getattr(blocks, "close", None)
+        if close is not None:
+            close()

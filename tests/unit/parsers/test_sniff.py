@@ -1,0 +1,180 @@
+from __future__ import annotations
+
+import codecs
+import gzip
+import io
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from knowledgeops.ingest.parsers.base import ContentType
+from knowledgeops.ingest.parsers.sniff import SNIFF_BYTES, describe_unsupported, sniff
+from tests.fixtures.documents import (
+    CHINESE_TEXT,
+    LATIN1_TEXT,
+    make_docx,
+    make_html,
+    make_ole2,
+    make_pdf,
+    make_png,
+    make_random_bytes,
+)
+
+
+def head(path: Path) -> bytes:
+    with path.open("rb") as fh:
+        return fh.read(SNIFF_BYTES)
+
+
+def zip_bytes(names: list[str]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name in names:
+            archive.writestr(name, "<x/>")
+    return buffer.getvalue()
+
+
+# --- content wins for PDF, DOCX and binary ---------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["report.pdf", "report.txt", "report", "report.docx"])
+def test_pdf_is_recognised_by_its_magic_whatever_the_name(tmp_path: Path, name: str) -> None:
+    pdf = make_pdf(tmp_path / "x.pdf", ["hello"])
+    assert sniff(head(pdf), name) == ContentType.PDF
+
+
+def test_pdf_magic_after_up_to_1_kib_of_junk_is_still_a_pdf(tmp_path: Path) -> None:
+    pdf = make_pdf(tmp_path / "x.pdf", ["hello"]).read_bytes()
+    assert sniff(b"\r\n" * 400 + pdf[:4000], "scan.pdf") == ContentType.PDF
+    # The magic buried deeper than 1 KiB in text is just text that mentions it.
+    assert sniff(b"x" * 2000 + b"%PDF-1.4", "notes.txt") == ContentType.TEXT
+
+
+def test_docx_is_recognised_even_when_misnamed(tmp_path: Path) -> None:
+    docx = make_docx(tmp_path / "x.docx")
+    assert sniff(head(docx), "letter.docx") == ContentType.DOCX
+    assert sniff(head(docx), "letter.txt") == ContentType.DOCX
+    assert sniff(head(docx), "letter.zip") == ContentType.DOCX
+
+
+def test_a_zip_named_docx_goes_to_the_docx_parser_which_checks_it_fully() -> None:
+    assert sniff(zip_bytes(["data.csv"]), "fake.docx") == ContentType.DOCX
+
+
+def test_other_zip_packages_are_refused() -> None:
+    plain = zip_bytes(["a.txt", "b.txt"])
+    assert sniff(plain, "archive.zip") is None
+    assert describe_unsupported(plain, "archive.zip") == "a ZIP archive"
+    xlsx = zip_bytes(["[Content_Types].xml", "xl/workbook.xml"])
+    assert sniff(xlsx, "book.xlsx") is None
+    assert describe_unsupported(xlsx, "book.xlsx") == "an Excel spreadsheet"
+    pptx = zip_bytes(["[Content_Types].xml", "ppt/presentation.xml"])
+    assert sniff(pptx, "deck.pptx") is None
+    assert describe_unsupported(pptx, "deck.pptx") == "a PowerPoint presentation"
+
+
+def test_ole2_files_are_refused_as_legacy_or_encrypted_office(tmp_path: Path) -> None:
+    ole = head(make_ole2(tmp_path / "old.doc"))
+    assert sniff(ole, "old.doc") is None
+    assert sniff(ole, "secret.docx") is None
+    assert describe_unsupported(ole, "secret.docx") == (
+        "a legacy .doc or password-protected Office file"
+    )
+
+
+def test_known_binary_formats_are_refused_with_a_name(tmp_path: Path) -> None:
+    png = head(make_png(tmp_path / "x.png"))
+    assert sniff(png, "picture.pdf") is None
+    assert describe_unsupported(png, "picture.pdf") == "a PNG image"
+    gz = gzip.compress(b"hello world" * 100)
+    assert sniff(gz, "notes.txt") is None
+    assert describe_unsupported(gz, "notes.txt") == "a gzip archive"
+    jpeg = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + b"\x01" * 100
+    assert sniff(jpeg, "photo.jpg") is None
+    assert describe_unsupported(jpeg, "photo.jpg") == "a JPEG image"
+    elf = b"\x7fELF\x02\x01\x01" + b"\x00" * 100
+    assert sniff(elf, "tool") is None
+    assert describe_unsupported(elf, "tool") == "an executable program"
+
+
+def test_rtf_is_refused_rather_than_indexed_as_markup() -> None:
+    rtf = b"{\\rtf1\\ansi\\deff0 {\\fonttbl {\\f0 Times;}} Hello}"
+    assert sniff(rtf, "letter.rtf") is None
+    assert describe_unsupported(rtf, "letter.rtf").startswith("an RTF document")
+
+
+def test_random_bytes_are_binary_data(tmp_path: Path) -> None:
+    data = head(make_random_bytes(tmp_path / "blob.bin"))
+    assert sniff(data, "blob.bin") is None
+    assert sniff(data, "report.txt") is None
+    assert describe_unsupported(data, "blob.bin") == "binary data"
+    assert describe_unsupported(data, "fake.pdf") == "a file named .pdf that is not a PDF"
+
+
+def test_text_full_of_control_characters_is_binary() -> None:
+    data = bytes(range(1, 9)) * 200
+    assert sniff(data, "x.txt") is None
+
+
+# --- text: HTML by content, Markdown vs text by name -----------------------------------------
+
+
+def test_html_document_is_html_whatever_the_extension(tmp_path: Path) -> None:
+    page = head(make_html(tmp_path / "x.html"))
+    assert sniff(page, "page.html") == ContentType.HTML
+    assert sniff(page, "page.txt") == ContentType.HTML
+    assert sniff(page, "download") == ContentType.HTML
+
+
+@pytest.mark.parametrize(
+    "start",
+    [
+        b"<!DOCTYPE html><p>x",
+        b"\xef\xbb\xbf  <!-- generated --> \n<html lang='en'>",
+        b"<?xml version='1.0'?>\n<html xmlns='http://www.w3.org/1999/xhtml'>",
+        b"<HEAD><title>x</title>",
+        b"\n\n<body>\n",
+    ],
+)
+def test_html_starts_are_recognised_after_bom_space_and_comments(start: bytes) -> None:
+    assert sniff(start + b"<p>text</p>", "file.txt") == ContentType.HTML
+
+
+def test_utf16_html_with_bom_is_html() -> None:
+    data = codecs.BOM_UTF16_LE + "<!doctype html><p>héllo</p>".encode("utf-16-le")
+    assert sniff(data, "page.htm") == ContentType.HTML
+
+
+def test_html_extension_or_declared_type_needs_a_tag() -> None:
+    fragment = b"<p>Just a fragment</p>"
+    assert sniff(fragment, "frag.html") == ContentType.HTML
+    assert sniff(fragment, "frag", "text/html; charset=utf-8") == ContentType.HTML
+    assert sniff(fragment, "frag.txt") == ContentType.TEXT
+    assert sniff(b"no markup at all", "page.html") == ContentType.TEXT
+
+
+def test_markdown_is_decided_by_extension_or_declared_type() -> None:
+    text = b"# Title\n\nSome *text*.\n"
+    for name in ("a.md", "a.markdown", "a.mdown", "A.MKD"):
+        assert sniff(text, name) == ContentType.MARKDOWN
+    assert sniff(text, "a.txt", "text/markdown") == ContentType.MARKDOWN
+    assert sniff(text, "a.txt") == ContentType.TEXT
+    assert sniff(text, "README") == ContentType.TEXT
+
+
+def test_text_in_legacy_and_utf16_encodings_is_text() -> None:
+    assert sniff(LATIN1_TEXT.encode("latin-1"), "notes.txt") == ContentType.TEXT
+    assert sniff(CHINESE_TEXT.encode("gb18030"), "notes.txt") == ContentType.TEXT
+    utf16 = codecs.BOM_UTF16_LE + CHINESE_TEXT.encode("utf-16-le")
+    assert b"\x00" in utf16
+    assert sniff(utf16, "notes.txt") == ContentType.TEXT
+    assert sniff(LATIN1_TEXT.encode("latin-1"), "notes.md") == ContentType.MARKDOWN
+
+
+def test_utf8_cut_mid_character_at_the_sniff_limit_is_still_text() -> None:
+    data = ("é" * SNIFF_BYTES).encode("utf-8")  # 2 bytes per character
+    cut = data[: SNIFF_BYTES - 1]  # an odd length: ends inside the last "é"
+    with pytest.raises(UnicodeDecodeError):
+        cut.decode("utf-8")
+    assert sniff(cut, "x.txt") == ContentType.TEXT
