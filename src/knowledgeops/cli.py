@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
-from rich.table import Table
+from rich.table import Column, Table
 
 from knowledgeops.client import Client, ClientError
 from knowledgeops.settings import SettingsError, load_settings
@@ -28,6 +30,7 @@ err = Console(stderr=True)
 SUFFIXES = {".pdf", ".docx", ".html", ".htm", ".xhtml", ".md", ".markdown", ".txt", ".text"}
 TERMINAL = {"completed", "failed", "cancelled"}
 DEFAULT_URL = os.environ.get("KOPS_URL", "http://127.0.0.1:8000")
+WIDE_TABLE = 140  # columns from which `kops jobs` shows errors in the table
 
 UrlOpt = Annotated[str, typer.Option("--url", help="Where KnowledgeOps runs.", envvar="KOPS_URL")]
 DatasetOpt = Annotated[
@@ -36,7 +39,9 @@ DatasetOpt = Annotated[
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}")
+    # escaped: messages carry file names and server text, which are not rich markup; soft_wrap:
+    # no line breaks inserted at 80 columns when stderr is a file or a pipe
+    err.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -120,7 +125,8 @@ def _walk(paths: list[Path]) -> list[Path]:
     for path in paths:
         if path.is_dir():
             files.extend(
-                p for p in sorted(path.rglob("*"))
+                p
+                for p in sorted(path.rglob("*"))
                 if p.is_file() and p.suffix.lower() in SUFFIXES and not p.name.startswith(".")
             )
         elif path.is_file():
@@ -162,7 +168,7 @@ def ingest(
         with Progress(*columns, console=console, transient=False) as progress:
             open_jobs: dict[str, TaskID] = {}
             for path in files:
-                label = path.name if len(path.name) <= 40 else path.name[:37] + "…"
+                label = escape(path.name if len(path.name) <= 40 else path.name[:37] + "…")
                 try:
                     accepted = client.upload(path, dataset_id=dataset_id)
                 except ClientError as exc:
@@ -173,11 +179,17 @@ def ingest(
                     continue
                 open_jobs[accepted["jobId"]] = progress.add_task(label, total=None, stage="pending")
             if wait:
-                _follow(client, progress, open_jobs, failures, timeout)
+                try:
+                    _follow(client, progress, open_jobs, failures, timeout)
+                except ClientError as exc:
+                    raise _fail(
+                        f"{exc}\nThe {len(open_jobs)} unfinished uploads were accepted and are "
+                        "kept; they finish when KnowledgeOps runs again (see `kops jobs`)."
+                    ) from None
     if failures:
         err.print(f"[red]{len(failures)} of {len(files)} documents failed:[/red]")
         for line in failures:
-            err.print(f"  {line}")
+            err.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     console.print(f"{len(files)} documents {'ingested' if wait else 'accepted'}")
 
@@ -231,11 +243,14 @@ def search(
     for n, hit in enumerate(found["results"], start=1):
         where = f"p. {hit['page']}" if hit["page"] else (hit["section"] or "")
         console.print(
-            f"[bold]{n}. {hit['fileName']}[/bold] #{hit['ordinal']} {where} "
-            f"[dim](score {hit['score']:.4f})[/dim]"
+            f"[bold]{n}. {escape(hit['fileName'])}[/bold] #{hit['ordinal']} {escape(where)} "
+            f"[dim](score {hit['score']:.4f})[/dim]",
+            soft_wrap=True,
         )
         text = " ".join(hit["text"].split())
-        console.print(f"   {text[:300]}{'…' if len(text) > 300 else ''}", highlight=False)
+        console.print(
+            f"   {text[:300]}{'…' if len(text) > 300 else ''}", markup=False, highlight=False
+        )
 
 
 @app.command()
@@ -252,20 +267,45 @@ def jobs(
             found = client.jobs(status=status, dataset_id=dataset_id, limit=limit)
         except ClientError as exc:
             raise _fail(str(exc)) from None
-    table = Table("job", "file", "status", "stage", "chunks", "attempt", "error")
+    # The job id is never cut (it is what `retry` and the API take); the error gets a column
+    # when the terminal is wide, else it is listed under the table.
+    wide = console.width >= WIDE_TABLE
+    columns = [
+        Column("job", no_wrap=True, min_width=36),
+        Column("file", overflow="fold", min_width=8),
+        Column("status", no_wrap=True),
+        Column("chunks", no_wrap=True),
+        Column("attempt", no_wrap=True),
+    ]
+    if wide:
+        columns.append(Column("error", min_width=20))
+    table = Table(*columns, box=box.SIMPLE_HEAD)
+    errors: list[str] = []
     for job in found["items"]:
-        chunks = f"{job['processedChunks']}/{job['totalChunks'] if job['totalChunks'] is not None else '?'}"
-        table.add_row(
+        total = job["totalChunks"] if job["totalChunks"] is not None else "?"
+        state = job["status"] if job["status"] in TERMINAL else f"{job['status']} ({job['stage']})"
+        error = _shorten(job["error"] or "", 120)
+        cells = [
             job["id"],
-            job["fileName"],
-            job["status"],
-            job["stage"],
-            chunks,
+            escape(job["fileName"]),
+            state,
+            f"{job['processedChunks']}/{total}",
             f"{job['attempt']}/{job['maxAttempts']}",
-            job["error"] or "",
-        )
+        ]
+        if wide:
+            cells.append(escape(error))
+        elif error:
+            errors.append(f"{job['id']}: {error}")
+        table.add_row(*cells)
     console.print(table)
+    for line in errors:
+        console.print(line, markup=False, highlight=False)
     console.print(f"{len(found['items'])} of {found['total']} jobs")
+
+
+def _shorten(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def main() -> None:
