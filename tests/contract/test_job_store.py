@@ -347,10 +347,18 @@ def test_listener_sees_every_transition(harness: Harness) -> None:
     ]
 
 
-def test_outbox_row_is_in_the_callers_transaction(harness: Harness) -> None:
-    if harness.db is None:
-        pytest.skip("the in-memory store has no transactions")
-    db = harness.db
+@pytest.fixture(params=["sqlite", "postgres"])
+def sql_harness(request: pytest.FixtureRequest) -> Harness:
+    """Only the SQL stores: the in-memory one has no transactions to join."""
+    recorder = Recorder()
+    db: Database = request.getfixturevalue(f"{request.param}_db")
+    return Harness(SqlJobStore(db, recorder), db, recorder)
+
+
+def test_outbox_row_is_in_the_callers_transaction(sql_harness: Harness) -> None:
+    harness = sql_harness
+    db = sql_harness.db
+    assert db is not None
     added: list[Job] = []
 
     def upload_that_fails_after_adding_its_job() -> None:

@@ -122,12 +122,8 @@ def test_reciprocal_rank_fusion_rewards_agreement() -> None:
 
 
 def test_query_terms() -> None:
-    assert query_terms("How does Ownership work? ownership!") == [
-        "how",
-        "does",
-        "ownership",
-        "work",
-    ]
+    assert query_terms("How does Ownership work? ownership!") == ["ownership", "work"]
+    assert query_terms("what is it") == ["what", "is", "it"]  # only function words: kept
     assert query_terms("任务状态 retry") == ["任 务 状 态", "retry"]
     assert query_terms("?! ()") == []
     assert spaced_cjk("abc状态机def") == "abc 状 态 机 def"
@@ -215,3 +211,9 @@ def test_one_process_per_data_folder(tmp_path: Path) -> None:
     first.release()
     second.acquire()
     second.release()
+
+
+def test_display_names_lose_bidi_overrides_and_keep_dotfiles() -> None:
+    assert display_name("invoice\u202egpj.exe.pdf") == "invoicegpj.exe.pdf"
+    assert display_name(".txt") == ".txt"
+    assert display_name("zero\u200bwidth.md") == "zerowidth.md"

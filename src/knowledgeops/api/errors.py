@@ -1,4 +1,4 @@
-"""Errors become HTTP responses here, and only here: `{"error": "...", "code": "..."}` everywhere."""
+"""Errors become HTTP responses here, and only here: {"error": "...", "code": "..."} everywhere."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from knowledgeops.jobs.store import JobNotFound
 
 log = logging.getLogger(__name__)
 
+_LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 
 
@@ -25,7 +26,11 @@ def error_body(message: str, code: str, **extra: Any) -> dict[str, Any]:
 
 
 def _field_name(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    """The field a validation error is about: its location ("body", "query", …) comes first
+    and is dropped; the rest is kept even where it reads like a location ("query")."""
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in _LOCATIONS:
+        parts = parts[1:]
     return ".".join(parts) or "body"
 
 
@@ -71,8 +76,13 @@ async def on_database_down(request: Request, exc: Exception) -> JSONResponse:
 
 async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     reference = secrets.token_hex(4)
-    log.error("unexpected error on %s %s (reference %s)", request.method, request.url.path,
-              reference, exc_info=exc)
+    log.error(
+        "unexpected error on %s %s (reference %s)",
+        request.method,
+        request.url.path,
+        reference,
+        exc_info=exc,
+    )
     return JSONResponse(
         error_body(f"internal error (reference {reference})", "internal_error"), 500
     )

@@ -86,7 +86,9 @@ class _Receiver:
             return
         self._field_value += data[start:end]
         if len(self._field_value) > MAX_FIELD_BYTES:
-            raise InvalidRequest(f"form field {self._field_name!r} is too long", code="field_too_long")
+            raise InvalidRequest(
+                f"form field {self._field_name!r} is too long", code="field_too_long"
+            )
 
     def on_part_end(self) -> None:
         if not self._into_file and self._field_name:
@@ -136,7 +138,9 @@ async def receive_upload(request: Request, blobs: LocalBlobStore, max_bytes: int
         if isinstance(exc, InvalidRequest | PayloadTooLarge):
             raise
         if isinstance(exc, Exception):
-            raise InvalidRequest(f"the multipart body is malformed: {exc}", code="bad_multipart") from None
+            raise InvalidRequest(
+                f"the multipart body is malformed: {exc}", code="bad_multipart"
+            ) from None
         raise
     if receiver.staged is None:
         raise InvalidRequest(

@@ -14,7 +14,7 @@ class InProcessQueue:
     """FIFO of job ids; publishing an id that is already waiting is a no-op."""
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[str] = queue.Queue()
+        self._queue: queue.Queue[str | None] = queue.Queue()
         self._waiting: set[str] = set()
         self._lock = threading.Lock()
 
@@ -26,14 +26,21 @@ class InProcessQueue:
         self._queue.put(job_id)
 
     def get(self, timeout: float) -> str | None:
-        """The next job id, or None after `timeout` seconds without one."""
+        """The next job id, or None after `timeout` seconds without one (or when woken)."""
         try:
             job_id = self._queue.get(timeout=timeout)
         except queue.Empty:
             return None
+        if job_id is None:
+            return None
         with self._lock:
             self._waiting.discard(job_id)
         return job_id
+
+    def wake(self, waiters: int) -> None:
+        """Make `waiters` blocked `get` calls return None now (used to stop idle workers)."""
+        for _ in range(waiters):
+            self._queue.put(None)
 
     def __len__(self) -> int:
         return self._queue.qsize()

@@ -11,7 +11,7 @@ from knowledgeops.jobs.runner import Runner
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.5  # s: how long a idle worker waits on the queue before checking for shutdown
+POLL_S = 1.0  # s: how long an idle worker waits on the queue before checking again
 
 
 class WorkerPool:
@@ -30,6 +30,7 @@ class WorkerPool:
     def stop(self, timeout: float = 30.0) -> None:
         """Stop taking jobs; running jobs give themselves back at their next progress write."""
         self.runner.stopping.set()
+        self.queue.wake(len(self._threads))
         for thread in self._threads:
             thread.join(timeout=timeout)
 

@@ -115,7 +115,9 @@ class Datasets:
             )
             if taken:
                 name = f"{DEFAULT_NAME}-{uuid.uuid4().hex[:6]}"
-            return self._insert(conn, name, "Uploads without a datasetId land here.", None, None, True)
+            return self._insert(
+                conn, name, "Uploads without a datasetId land here.", None, None, True
+            )
 
     def create(
         self,
@@ -128,7 +130,9 @@ class Datasets:
             with self.db.write() as conn:
                 return self._insert(conn, name, description, chunk_size, chunk_overlap, False)
         except IntegrityError:
-            raise Conflict(f"a dataset named {name!r} exists already", code="dataset_exists") from None
+            raise Conflict(
+                f"a dataset named {name!r} exists already", code="dataset_exists"
+            ) from None
 
     def _insert(
         self,
@@ -140,8 +144,10 @@ class Datasets:
         is_default: bool,
     ) -> DatasetView:
         size = chunk_size if chunk_size is not None else self.defaults.chunk_size
-        overlap = chunk_overlap if chunk_overlap is not None else min(
-            self.defaults.chunk_overlap, max(size // 2 - 1, 0)
+        overlap = (
+            chunk_overlap
+            if chunk_overlap is not None
+            else min(self.defaults.chunk_overlap, max(size // 2 - 1, 0))
         )
         check_chunking(size, overlap)
         dataset_id = str(uuid.uuid4())

@@ -127,11 +127,10 @@ class Documents:
                     "or cancel it first",
                     code="job_in_progress",
                 )
-            generation = int(
-                conn.scalar(
-                    select(documents.c.latest_generation).where(documents.c.id == document_id)
-                )
-            ) + 1
+            latest = conn.execute(
+                select(documents.c.latest_generation).where(documents.c.id == document_id)
+            ).scalar_one()
+            generation = int(latest) + 1
             conn.execute(
                 update(documents)
                 .where(documents.c.id == document_id)

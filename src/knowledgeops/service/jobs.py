@@ -51,9 +51,7 @@ class Jobs:
         if document_id is not None:
             conditions.append(ingest_jobs.c.document_id == document_id)
         with self.db.read() as conn:
-            total = conn.scalar(
-                select(func.count()).select_from(ingest_jobs).where(*conditions)
-            )
+            total = conn.scalar(select(func.count()).select_from(ingest_jobs).where(*conditions))
             rows = conn.execute(
                 job_select()
                 .where(*conditions)

@@ -78,7 +78,8 @@ class Search:
         return self._with_names(hits)
 
     def _vector(self, query: str) -> Vectors:
-        return self.embedder.embed([query])[0]
+        vector: Vectors = self.embedder.embed([query])[0]
+        return vector
 
     def _with_names(self, hits: Sequence[Hit]) -> list[SearchHit]:
         ids = {hit.document_id for hit in hits}

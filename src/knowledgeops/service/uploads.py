@@ -30,7 +30,13 @@ from knowledgeops.service.jobs import Jobs
 from knowledgeops.service.views import Accepted
 
 MAX_NAME = 255
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_HIDDEN = {
+    "Cc",
+    "Cf",
+    "Cs",
+    "Co",
+    "Cn",
+}  # controls, format (bidi overrides), surrogates, unassigned
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 _EXTENSIONS = {
     ContentType.PDF: ".pdf",
@@ -46,8 +52,8 @@ def display_name(raw: str | None, content_type: str | None = None) -> str:
     characters with its extension kept. The stored file itself is named by its hash."""
     name = unicodedata.normalize("NFC", raw or "")
     name = name.replace("\\", "/").rsplit("/", 1)[-1]
-    name = _CONTROL.sub("", name).strip().strip(".").strip()
-    if not name:
+    name = "".join(c for c in name if unicodedata.category(c) not in _HIDDEN).strip()
+    if set(name) <= {"."}:  # "", ".", "..": nothing left to show
         name = "upload" + _EXTENSIONS.get(content_type or "", "")
     if len(name) > MAX_NAME:
         stem, dot, ext = name.rpartition(".")
@@ -114,7 +120,7 @@ class Uploads:
         if staged.size == 0:
             raise InvalidRequest("the file is empty", code="empty_file")
         if idempotency_key is not None:
-            earlier = self._replay(idempotency_key, staged.sha256)
+            earlier = self._replay(idempotency_key, staged.sha256, dataset_id)
             if earlier is not None:
                 return earlier
         content_type = sniff(staged.head, file_name or "", declared_type)
@@ -133,7 +139,7 @@ class Uploads:
                 continue
         raise Conflict("the same file is being uploaded concurrently; try again", code="busy")
 
-    def _replay(self, key: str, sha256: str) -> Accepted | None:
+    def _replay(self, key: str, sha256: str, dataset_id: str | None) -> Accepted | None:
         job = self.store.find_by_idempotency_key(key)
         if job is None:
             return None
@@ -145,7 +151,12 @@ class Uploads:
                 "this Idempotency-Key was used for a different file; use a new key",
                 code="idempotency_key_reused",
             )
-        return Accepted(view, job.document_id, created=False)
+        if self.datasets.resolve(dataset_id).id != job.dataset_id:
+            raise Conflict(
+                "this Idempotency-Key was used for an upload to another dataset; use a new key",
+                code="idempotency_key_reused",
+            )
+        return Accepted(view, job.document_id, created=False, replayed=True)
 
     def _record(
         self,

@@ -113,11 +113,18 @@ class JobView:
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """The answer to an upload: which job and document, and whether this request created them."""
+    """The answer to an upload: which job and document; whether this request created them, or
+    repeats an earlier request with the same Idempotency-Key (which gets the first answer again)."""
 
     job: JobView
     document_id: str
     created: bool
+    replayed: bool = False
+
+    @property
+    def duplicate(self) -> bool:
+        """The same bytes were uploaded before, by another request."""
+        return not (self.created or self.replayed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -161,3 +161,14 @@ def test_in_process_queue_drops_ids_already_waiting() -> None:
     assert queue.get(0.1) == "a"
     queue.publish("a")  # taken out already: may be queued again
     assert [queue.get(0.1), queue.get(0.1), queue.get(0.01)] == ["b", "a", None]
+
+
+def test_waking_the_queue_releases_a_blocked_worker_at_once() -> None:
+    queue = InProcessQueue()
+    got: list[str | None] = ["unset"]
+    thread = threading.Thread(target=lambda: got.__setitem__(0, queue.get(timeout=30)))
+    thread.start()
+    queue.wake(1)
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert got == [None]

@@ -6,12 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from knowledgeops.api.deps import UUID_PATTERN, RuntimeDep
 from knowledgeops.api.schemas import ErrorPublic, UploadAccepted
 from knowledgeops.api.upload_stream import receive_upload
-from knowledgeops.errors import InvalidRequest
 from knowledgeops.service.uploads import check_idempotency_key
 
 router = APIRouter(tags=["documents"])
@@ -61,7 +61,17 @@ async def upload(
     dataset = received.fields.get("datasetId", dataset_id)
     if dataset is not None and not _is_uuid(dataset):
         received.staged.discard()
-        raise InvalidRequest("datasetId: not a valid id", code="validation_error")
+        # the same answer as for a malformed datasetId in the query string: 422 naming the field
+        raise RequestValidationError(
+            [
+                {
+                    "type": "string_pattern_mismatch",
+                    "loc": ("body", "datasetId"),
+                    "msg": "not a valid id (a UUID is expected)",
+                    "input": dataset,
+                }
+            ]
+        )
     accepted = await run_in_threadpool(
         runtime.uploads.accept,
         received.staged,
@@ -74,11 +84,11 @@ async def upload(
         job_id=accepted.job.id,
         document_id=accepted.document_id,
         status=accepted.job.status,
-        duplicate=not accepted.created,
+        duplicate=accepted.duplicate,
     )
     return JSONResponse(
         body.model_dump(by_alias=True),
-        status_code=202 if accepted.created else 200,
+        status_code=200 if accepted.duplicate else 202,
         headers={"Location": f"/docs/jobs/{accepted.job.id}"},
     )
 

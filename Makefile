@@ -1,0 +1,38 @@
+# Two commands do all the set-up on a fresh machine (Python 3.11+):
+#   make serve   install and run the embedded default on http://127.0.0.1:8000
+#   make test    install the test tools and run lint, types and the whole test suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: serve test lint install install-test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# torch is pinned to the local CPU build (pyproject.toml); a bare `torch` would pull a CUDA build.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+serve: install
+	$(BIN)/kops serve
+
+lint: install-test
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
