@@ -109,7 +109,12 @@ def make_runtime(tmp_path: Any) -> Iterator[Callable[..., Embedded]]:
             runtime.stop()
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float = 30.0,
+    what: str = "condition",
+    interval: float = 0.05,
+) -> Any:
     """Poll until `predicate()` is truthy; returns its value or fails the test."""
     deadline = time.monotonic() + timeout
     while True:
@@ -117,5 +122,5 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: floa
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout} s")
+            pytest.fail(f"{what}: not met within {timeout:g} s")
         time.sleep(interval)

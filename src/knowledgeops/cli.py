@@ -308,6 +308,27 @@ def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+bench_app = typer.Typer(help="Benchmarks that print figures (and write JSON with --out).")
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("embedded")
+def bench_embedded(
+    corpus: Annotated[Path, typer.Option(help="Folder of documents to ingest.", exists=True)],
+    workers: Annotated[int, typer.Option(min=1, help="Worker threads of kops serve.")] = 2,
+    out: Annotated[Path | None, typer.Option(help="Write the figures as JSON here.")] = None,
+) -> None:
+    """Start `kops serve` in a fresh folder, upload the corpus over HTTP, follow it to the end."""
+    from knowledgeops import bench
+
+    figures = bench.run_embedded(corpus, workers=workers)
+    console.print(escape(bench.render(figures)), highlight=False)
+    if out is not None:
+        bench.write_json(figures, out)
+    if figures.failed:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     app()
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import KOPS, Server, free_port, kops_env, run_kops, wait_for
+from tests.conftest import wait_for
+from tests.e2e.conftest import KOPS, Server, free_port, kops_env, run_kops
 from tests.e2e.corpus import long_text
 from tests.fixtures.documents import (
     make_corrupt_pdf,

@@ -14,7 +14,8 @@ import pytest
 import sqlean
 import sqlite_vec
 
-from tests.e2e.conftest import Server, wait_for
+from tests.conftest import wait_for
+from tests.e2e.conftest import Server
 from tests.e2e.corpus import long_text
 from tests.fixtures.documents import make_text
 

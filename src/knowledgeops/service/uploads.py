@@ -30,13 +30,9 @@ from knowledgeops.service.jobs import Jobs
 from knowledgeops.service.views import Accepted
 
 MAX_NAME = 255
-_HIDDEN = {
-    "Cc",
-    "Cf",
-    "Cs",
-    "Co",
-    "Cn",
-}  # controls, format (bidi overrides), surrogates, unassigned
+# Unicode categories never shown in a name: controls, format characters (bidi overrides, zero
+# widths), surrogates, private use, unassigned.
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 _EXTENSIONS = {
     ContentType.PDF: ".pdf",
