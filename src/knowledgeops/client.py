@@ -42,6 +42,11 @@ class Client:
                 f"cannot reach KnowledgeOps at {self.base_url}; start it with `kops serve` "
                 "or pass --url"
             ) from None
+        except httpx.TransportError as exc:  # reset, closed mid-answer, timed out
+            raise ClientError(
+                f"lost the connection to KnowledgeOps at {self.base_url} during {method} {path} "
+                f"({type(exc).__name__}: {exc or 'no detail'})"
+            ) from None
         except httpx.HTTPError as exc:
             raise ClientError(f"request to {self.base_url}{path} failed: {exc}") from None
         if response.status_code >= 400:

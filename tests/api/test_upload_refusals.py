@@ -214,3 +214,18 @@ def test_file_names_are_sanitised(client, raw: str, extension: str, expected: st
             assert data_dir / "blobs" in path.parents, path
     assert not (data_dir.parent / "etc").exists()
     assert not (data_dir / "etc").exists()
+
+
+def test_a_storage_failure_is_503_not_the_clients_fault(client, tmp_path: Path) -> None:
+    incoming = runtime_of(client).blobs.incoming
+    incoming.rmdir()
+    incoming.write_text("a file where the upload folder should be")  # a real filesystem fault
+    try:
+        response = upload(client, make_text(tmp_path / "a.txt", "some text to store"))
+        assert_error(response, 503, "storage_unavailable")
+        assert response.headers["Retry-After"] == "30"
+        _no_jobs(client)
+    finally:
+        incoming.unlink()
+        incoming.mkdir()
+    assert accepted(upload(client, make_text(tmp_path / "b.txt", "now it works")))

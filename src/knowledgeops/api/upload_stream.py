@@ -11,7 +11,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
 from knowledgeops.blobs import LocalBlobStore, StagedFile
-from knowledgeops.errors import InvalidRequest, PayloadTooLarge
+from knowledgeops.errors import InvalidRequest, PayloadTooLarge, ServiceUnavailable
 
 FILE_FIELD = "file"
 MAX_FIELD_BYTES = 64 * 1024  # bytes: a plain form field (datasetId) is small
@@ -137,6 +137,12 @@ async def receive_upload(request: Request, blobs: LocalBlobStore, max_bytes: int
             raise InvalidRequest("the client disconnected during the upload") from None
         if isinstance(exc, InvalidRequest | PayloadTooLarge):
             raise
+        if isinstance(exc, OSError):  # our disk, not the client's body
+            raise ServiceUnavailable(
+                f"the server could not store the upload ({exc.strerror or exc}); try again later",
+                code="storage_unavailable",
+                retry_after_s=30,
+            ) from exc
         if isinstance(exc, Exception):
             raise InvalidRequest(
                 f"the multipart body is malformed: {exc}", code="bad_multipart"
