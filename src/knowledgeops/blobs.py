@@ -50,8 +50,12 @@ class StagedFile:
     def sha256(self) -> str:
         return self._hash.hexdigest()
 
+    def seal(self) -> None:
+        """Finish writing: flush and fsync (slow for a big file; do it outside transactions)."""
+        self._close()
+
     def commit(self) -> str:
-        """Move the file into the store; returns its key (the sha256)."""
+        """Move the sealed file into the store; returns its key (the sha256)."""
         self._close()
         key = self.sha256
         target = self.store.path(key)

@@ -29,8 +29,10 @@ from knowledgeops.jobs.relay import Relay
 from knowledgeops.jobs.retry import RetryPolicy
 from knowledgeops.jobs.runner import Runner
 from knowledgeops.jobs.sql_store import SqlJobStore
+from knowledgeops.jobs.store import LeaseLost
 from knowledgeops.jobs.worker_pool import WorkerPool
 from knowledgeops.lockfile import DataDirLock
+from knowledgeops.service.blob_refs import sweep_unreferenced
 from knowledgeops.service.datasets import DatasetDefaults, Datasets
 from knowledgeops.service.documents import Documents
 from knowledgeops.service.jobs import Jobs
@@ -123,8 +125,13 @@ class Embedded:
         self.index.ensure()
         self.datasets.ensure_default()
         leftovers = self.blobs.clear_incoming()
-        if leftovers:
-            log.info("removed %d partial uploads left by the last run", leftovers)
+        orphans = sweep_unreferenced(self.db, self.blobs)
+        if leftovers or orphans:
+            log.info(
+                "removed %d partial uploads and %d unreferenced files left by the last run",
+                leftovers,
+                orphans,
+            )
         self.relay.recover_after_restart()
         self.heartbeat.start()
         self.relay.start()
@@ -134,11 +141,22 @@ class Embedded:
         log.info("embedded runtime started in %.2f s", self.started_at - started)
 
     def stop(self) -> None:
-        self.workers.stop(timeout=15)
+        self.workers.stop(timeout=self.settings.shutdown_grace_s)
+        self._release_unfinished()
         self.relay.stop()
         self.heartbeat.stop()
         self.db.dispose()
         self.lock.release()
+
+    def _release_unfinished(self) -> None:
+        """Jobs a worker is still inside after the grace period go back to the queue without
+        spending an attempt; the worker's next write is then refused, so it cannot finish them."""
+        for lease in self.heartbeat.held():
+            try:
+                self.store.release(lease, now=self.runner.clock())
+                log.info("job %s: released at shutdown", lease.job_id)
+            except LeaseLost:
+                pass
 
     def _preload_model(self) -> None:
         load = getattr(self.embedder, "load", None)

@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     backoff_max_s: float = Field(300.0, gt=0)  # s: no retry waits longer
     relay_interval_s: float = Field(1.0, gt=0)  # s: how often the relay scans
     republish_after_s: float = Field(300.0, gt=0)  # s: re-publish a pending job nobody claimed
+    shutdown_grace_s: float = Field(
+        15.0, ge=0
+    )  # s: running jobs get this long to reach a batch end
 
     # ingestion
     embedder: Literal["local"] = "local"
@@ -62,6 +65,12 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"chunk_overlap {self.chunk_overlap} must be less than half of "
                 f"chunk_size {self.chunk_size}"
+            )
+        if self.stale_after_s < 3 * self.heartbeat_interval_s:
+            raise ValueError(
+                f"stale_after_s {self.stale_after_s:g} must be at least three heartbeats "
+                f"(3 × heartbeat_interval_s = {3 * self.heartbeat_interval_s:g}); otherwise live "
+                "jobs are taken for lost"
             )
         if self.backoff_max_s < self.backoff_base_s:
             raise ValueError("backoff_max_s must not be less than backoff_base_s")

@@ -86,6 +86,17 @@ def test_malformed_multipart_is_400(client) -> None:
     _no_jobs(client)
 
 
+def test_a_body_cut_short_is_400_and_stores_nothing(client) -> None:
+    body, headers = multipart(("file", "notes.txt", b"the whole text of the notes " * 50))
+    cut = body[: -len(f"--{BOUNDARY}--\r\n") - 40]  # the closing boundary never arrives
+    response = client.post("/docs/upload", content=cut, headers=headers)
+    assert "complete" in assert_error(response, 400, "bad_multipart")["error"]
+    _no_jobs(client)
+    data_dir = runtime_of(client).settings.data_dir
+    assert files_under(data_dir / "incoming") == []
+    assert files_under(data_dir / "blobs") == []
+
+
 def test_empty_file_is_400(client, tmp_path: Path) -> None:
     response = upload(client, make_text(tmp_path / "empty.txt", ""))
     assert "empty" in assert_error(response, 400, "empty_file")["error"]

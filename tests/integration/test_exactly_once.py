@@ -10,11 +10,12 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select, text
 
 from knowledgeops.blobs import LocalBlobStore
-from knowledgeops.db.schema import chunks, documents
-from knowledgeops.errors import TransientError
+from knowledgeops.db.schema import chunks, documents, ingest_jobs
+from knowledgeops.errors import Conflict, TransientError
 from knowledgeops.ingest.embedders.base import Vectors
 from knowledgeops.ingest.embedders.hashing import HashingEmbedder
 from knowledgeops.jobs.runner import Outcome
@@ -270,3 +271,111 @@ def test_stale_uploads_in_incoming_are_removed_at_start(
     LocalBlobStore(data).stage(100).write(b"half an upload")
     runtime = make_runtime(data_dir=data)
     assert list(runtime.blobs.incoming.iterdir()) == []
+
+
+def test_only_the_newest_job_of_a_document_can_be_retried(
+    make_runtime: Callable[..., Embedded], tmp_path: Path
+) -> None:
+    embedder = FlakyEmbedder(fail_on=[1])
+    runtime = make_runtime(embedder=embedder, workers=1, max_attempts=1)
+    first = done(
+        runtime, upload(runtime, tmp_path, "t.txt", long_text("traits", 50)).id, ("failed",)
+    )
+    second = done(runtime, runtime.documents.reindex(first.document_id))
+    with pytest.raises(Conflict) as refused:
+        runtime.jobs.retry(first.id)
+    assert refused.value.code == "superseded"
+    assert {g for g, _ in chunk_rows(runtime, first.document_id)} == {second_generation(second)}
+
+
+def second_generation(job: JobView) -> int:
+    return 2 if job.kind == "reindex" else 1
+
+
+def test_a_retry_with_other_chunk_settings_leaves_no_stale_chunks(
+    make_runtime: Callable[..., Embedded], tmp_path: Path
+) -> None:
+    """Attempt 1 writes two batches of small chunks and fails; the dataset's chunk size grows
+    before attempt 2, which makes fewer chunks: none of attempt 1's extra ordinals may survive."""
+    runtime_box: list[Embedded] = []
+
+    class ResizingEmbedder(FlakyEmbedder):
+        def embed(self, texts: Sequence[str]) -> Vectors:
+            if self.calls == 2:
+                runtime = runtime_box[0]
+                default = runtime.datasets.resolve(None)
+                runtime.datasets.update(default.id, {"chunk_size": 200, "chunk_overlap": 10})
+            return super().embed(texts)
+
+    runtime = make_runtime(embedder=ResizingEmbedder(fail_on=[3]), workers=1, chunk_size=32)
+    runtime_box.append(runtime)
+    finished = done(runtime, upload(runtime, tmp_path, "x.txt", long_text("closures")).id)
+    assert finished.attempt == 2
+    rows = chunk_rows(runtime, finished.document_id)
+    assert sorted(ordinal for _, ordinal in rows) == list(range(finished.total_chunks or 0))
+    assert index_rows(runtime) == (len(rows),) * 3
+    document = runtime.documents.get(finished.document_id)
+    assert document.chunk_count == finished.total_chunks
+
+
+def test_stopping_gives_unfinished_jobs_back_without_spending_an_attempt(
+    make_runtime: Callable[..., Embedded], tmp_path: Path
+) -> None:
+    embedder = FlakyEmbedder()
+    embedder.gate.clear()  # the worker is stuck inside the model when the process stops
+    runtime = make_runtime(embedder=embedder, workers=1, shutdown_grace_s=0.3)
+    job = upload(runtime, tmp_path, "stuck.txt", long_text("lifetimes", 50))
+    wait_for(lambda: runtime.jobs.get(job.id).stage == "embedding")
+    runtime.stop()
+    runtime.started_at = None  # stopped by hand
+    embedder.gate.set()
+    with runtime.db.read() as conn:
+        row = conn.execute(
+            select(ingest_jobs.c.status, ingest_jobs.c.attempt).where(ingest_jobs.c.id == job.id)
+        ).one()
+    assert (row.status, row.attempt) == ("retrying", 0)
+    again = make_runtime(data_dir=runtime.settings.data_dir, embedder=HashingEmbedder())
+    finished = done(again, job.id)
+    assert finished.attempt == 1
+
+
+def test_vacuum_keeps_index_rows_pointing_at_their_chunks(
+    make_runtime: Callable[..., Embedded], tmp_path: Path
+) -> None:
+    """SQLite documents that VACUUM may renumber the implicit rowids of a table without an
+    INTEGER PRIMARY KEY; the first document's rows are deleted so that renumbering would shift
+    the second one's chunks away from their vector and keyword rows."""
+    runtime = make_runtime(workers=1)
+    gone = done(runtime, upload(runtime, tmp_path, "a.txt", long_text("ownership", 40)).id)
+    keep = done(runtime, upload(runtime, tmp_path, "b.txt", long_text("borrowing", 40)).id)
+    runtime.documents.delete(gone.document_id)
+    raw = runtime.db.engine.raw_connection()  # VACUUM runs outside any transaction
+    try:
+        raw.driver_connection.execute("VACUUM")  # type: ignore[union-attr]
+    finally:
+        raw.close()
+    by_words = runtime.search.search(
+        keep.dataset_id, "borrowing", top_k=50, mode=SearchMode.KEYWORD
+    )
+    by_vector = runtime.search.search(
+        keep.dataset_id, "borrowing example", top_k=50, mode=SearchMode.VECTOR
+    )
+    assert len(by_words) == keep.total_chunks
+    assert len(by_vector) == keep.total_chunks
+    assert all("borrowing" in h.text for h in [*by_words, *by_vector])
+
+
+def test_unreferenced_stored_files_are_swept_at_start(
+    make_runtime: Callable[..., Embedded], tmp_path: Path
+) -> None:
+    runtime = make_runtime(workers=1)
+    kept = done(runtime, upload(runtime, tmp_path, "a.txt", long_text("traits", 5)).id)
+    data_dir = runtime.settings.data_dir
+    runtime.stop()
+    runtime.started_at = None
+    stray = runtime.blobs.path("ab" * 32)
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_bytes(b"left behind by a commit that failed")
+    again = make_runtime(data_dir=data_dir)
+    assert not stray.exists()
+    assert again.blobs.exists(again.documents.get(kept.document_id).sha256)

@@ -91,6 +91,7 @@ def test_bad_settings_name_the_variable(monkeypatch: pytest.MonkeyPatch) -> None
         ({"chunk_size": 300}, "chunk_size"),
         ({"chunk_size": 100, "chunk_overlap": 60}, "chunk_overlap"),
         ({"backoff_base_s": 10, "backoff_max_s": 5}, "backoff_max_s"),
+        ({"heartbeat_interval_s": 30, "stale_after_s": 60}, "stale_after_s"),
     ],
 )
 def test_inconsistent_settings_are_refused(overrides: dict[str, float], words: str) -> None:

@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from knowledgeops.errors import RequestError, ServiceUnavailable
@@ -94,4 +95,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(JobNotFound, on_job_not_found)
     app.add_exception_handler(OperationalError, on_database_down)
+    app.add_exception_handler(PoolTimeoutError, on_database_down)
     app.add_exception_handler(Exception, on_unexpected)

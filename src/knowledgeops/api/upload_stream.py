@@ -40,6 +40,7 @@ class _Receiver:
         self._field_name: str | None = None
         self._field_value = bytearray()
         self._into_file = False
+        self.complete = False
 
     # python-multipart callbacks -----------------------------------------------------------------
     def on_part_begin(self) -> None:
@@ -90,6 +91,9 @@ class _Receiver:
                 f"form field {self._field_name!r} is too long", code="field_too_long"
             )
 
+    def on_end(self) -> None:
+        self.complete = True
+
     def on_part_end(self) -> None:
         if not self._into_file and self._field_name:
             self.fields[self._field_name] = self._field_value.decode("utf-8", "replace")
@@ -123,6 +127,7 @@ async def receive_upload(request: Request, blobs: LocalBlobStore, max_bytes: int
             "on_headers_finished",
             "on_part_data",
             "on_part_end",
+            "on_end",
         )
     }
     parser = MultipartParser(boundary, callbacks)  # type: ignore[arg-type]
@@ -130,6 +135,11 @@ async def receive_upload(request: Request, blobs: LocalBlobStore, max_bytes: int
         async for chunk in request.stream():
             parser.write(chunk)
         parser.finalize()
+        if not receiver.complete:  # the closing boundary never came: the body was cut short
+            raise InvalidRequest(
+                "the upload ended before the multipart body was complete; send it again",
+                code="bad_multipart",
+            )
     except BaseException as exc:
         if receiver.staged is not None:
             receiver.staged.discard()

@@ -15,14 +15,23 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000  # ms
+SQLITE_POOL_SIZE = 16  # connections kept open
+SQLITE_POOL_OVERFLOW = 64  # more opened under load
 
 
 def _sqlite_engine(url: str) -> Engine:
     import sqlean
     import sqlite_vec
 
+    # SQLite connections are cheap; a roomy pool keeps API threads, workers, the relay and the
+    # heartbeat from queueing for a connection while one of them waits on the write lock.
     engine = create_engine(
-        url, module=sqlean, connect_args={"check_same_thread": False, "timeout": 30}
+        url,
+        module=sqlean,
+        connect_args={"check_same_thread": False, "timeout": 30},
+        pool_size=SQLITE_POOL_SIZE,
+        max_overflow=SQLITE_POOL_OVERFLOW,
+        pool_timeout=60,
     )
 
     @event.listens_for(engine, "connect")

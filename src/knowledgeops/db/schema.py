@@ -145,13 +145,19 @@ class Outbox(Base):
 
 
 class Chunk(Base):
+    """A chunk's `id` is stable (derived from document, generation and ordinal). `seq` is the
+    integer key engine-specific index rows point at: an INTEGER PRIMARY KEY is SQLite's rowid,
+    which VACUUM keeps, whereas the implicit rowid of a table keyed by text may be renumbered."""
+
     __tablename__ = "chunks"
     __table_args__ = (
+        UniqueConstraint("id"),
         UniqueConstraint("document_id", "generation", "ordinal"),
         Index(None, "dataset_id"),
     )
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(64))
     document_id: Mapped[str] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"))
     dataset_id: Mapped[str] = mapped_column(String(36))
     generation: Mapped[int] = mapped_column(Integer)

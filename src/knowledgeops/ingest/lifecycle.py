@@ -2,7 +2,8 @@
 
 Registered with the job store as its `TransitionListener`: when a job completes, its generation
 becomes the document's searchable one in the same transaction (DESIGN.md §5); when it fails or is
-cancelled for good, its partial generation is dropped and the previous one stays searchable.
+cancelled, its partial generation is dropped and the previous one stays searchable; when an
+attempt starts, whatever an earlier attempt wrote of its generation is dropped first.
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ class DocumentLifecycle:
         self.index = index
 
     def on_transition(self, tx: Any, job: Job, new_status: JobStatus) -> None:
-        if new_status is JobStatus.COMPLETED:
+        if new_status is JobStatus.RUNNING:
+            # Every attempt writes its generation from scratch: rows an earlier attempt left
+            # (chunked with settings that may have changed since) must not survive into it.
+            self.index.discard(tx, job.document_id, job.generation)
+        elif new_status is JobStatus.COMPLETED:
             self.index.activate(tx, job.document_id, job.generation)
         elif new_status in (JobStatus.FAILED, JobStatus.CANCELLED):
             self.index.discard(tx, job.document_id, job.generation)

@@ -31,10 +31,13 @@ class Heartbeat:
         with self._lock:
             self._leases.discard(lease)
 
+    def held(self) -> list[Lease]:
+        with self._lock:
+            return sorted(self._leases, key=lambda lease: lease.job_id)
+
     def beat(self) -> list[Lease]:
         """Refresh every held lease once; returns the ones that were lost (and drops them)."""
-        with self._lock:
-            leases = sorted(self._leases, key=lambda lease: lease.job_id)
+        leases = self.held()
         if not leases:
             return []
         lost = self.store.heartbeat(leases, now=self.clock())

@@ -13,7 +13,14 @@ from typing import Any
 from knowledgeops.jobs import states
 from knowledgeops.jobs.model import Failure, Job, Lease, NewJob, OutboxItem
 from knowledgeops.jobs.states import Event, JobStatus, Stage
-from knowledgeops.jobs.store import JobNotFound, LeaseLost, TransitionListener, Tx, Work
+from knowledgeops.jobs.store import (
+    Guard,
+    JobNotFound,
+    LeaseLost,
+    TransitionListener,
+    Tx,
+    Work,
+)
 
 
 @dataclass
@@ -242,9 +249,13 @@ class MemoryJobStore:
                 retryable=True,
             )
 
-    def requeue(self, job_id: str, *, now: datetime, extra_attempts: int) -> Job:
+    def requeue(
+        self, job_id: str, *, now: datetime, extra_attempts: int, guard: Guard | None = None
+    ) -> Job:
         with self._lock:
             job = self._existing(job_id)
+            if guard is not None:
+                guard(None, job)
             moved = self._move(
                 job,
                 Event.REQUEUE,

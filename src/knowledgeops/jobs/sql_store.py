@@ -20,7 +20,14 @@ from knowledgeops.db.schema import outbox as O
 from knowledgeops.jobs import states
 from knowledgeops.jobs.model import Failure, Job, Lease, NewJob, OutboxItem
 from knowledgeops.jobs.states import Event, JobStatus, Stage
-from knowledgeops.jobs.store import JobNotFound, LeaseLost, TransitionListener, Tx, Work
+from knowledgeops.jobs.store import (
+    Guard,
+    JobNotFound,
+    LeaseLost,
+    TransitionListener,
+    Tx,
+    Work,
+)
 
 CAS_TRIES = 5
 
@@ -67,6 +74,7 @@ class SqlJobStore:
         now: datetime,
         values: dict[str, Any],
         lease: Lease | None = None,
+        also: Any = None,
     ) -> bool:
         """Move `job` by `event` if nobody changed it since it was read; tell the listener."""
         new_status = states.target(job.status, event)
@@ -75,6 +83,8 @@ class SqlJobStore:
         )
         if lease is not None:
             stmt = stmt.where(J.c.lease_owner == lease.owner, J.c.attempt == lease.attempt)
+        if also is not None:
+            stmt = stmt.where(also)
         result = conn.execute(
             stmt.values(status=new_status.value, version=J.c.version + 1, updated_at=now, **values)
         )
@@ -93,6 +103,7 @@ class SqlJobStore:
         *,
         lease: Lease | None = None,
         outbox_at: Callable[[Job], datetime | None] | None = None,
+        guard: Guard | None = None,
     ) -> Job:
         for _ in range(CAS_TRIES):
             with self.db.write() as conn:
@@ -103,6 +114,8 @@ class SqlJobStore:
                     raise JobNotFound(job_id)
                 if lease is not None and not _holds(job, lease):
                     raise LeaseLost(lease, job.status)
+                if guard is not None:
+                    guard(conn, job)
                 if self._cas(conn, job, event, now, values(job), lease):
                     available = outbox_at(job) if outbox_at else None
                     if available is not None:
@@ -280,7 +293,9 @@ class SqlJobStore:
             },
         )
 
-    def requeue(self, job_id: str, *, now: datetime, extra_attempts: int) -> Job:
+    def requeue(
+        self, job_id: str, *, now: datetime, extra_attempts: int, guard: Guard | None = None
+    ) -> Job:
         return self._transition(
             job_id,
             Event.REQUEUE,
@@ -298,6 +313,7 @@ class SqlJobStore:
                 "processed_chunks": 0,
             },
             outbox_at=lambda job: now,
+            guard=guard,
         )
 
     # --- the relay's scans ----------------------------------------------------------------------
@@ -327,7 +343,8 @@ class SqlJobStore:
                 when = retry_at(job)
                 event = Event.FAIL if when is None else Event.RETRY_LATER
                 values = _failure_values(failure, now, when)
-                if self._cas(conn, job, event, now, values):
+                still_silent = or_(J.c.heartbeat_at.is_(None), J.c.heartbeat_at < stale_before)
+                if self._cas(conn, job, event, now, values, also=still_silent):
                     if when is not None:
                         self._add_outbox(conn, job_id, now, when)
                     loaded = self._load(conn, job_id)

@@ -19,6 +19,7 @@ from knowledgeops.jobs.states import JobStatus, Stage
 
 Tx = Any  # the store's transaction handle; opaque to the jobs core
 Work = Callable[[Tx], None]
+Guard = Callable[[Tx, Job], None]
 
 
 class LeaseLost(Exception):
@@ -91,8 +92,11 @@ class JobStore(Protocol):
     # --- operator actions -----------------------------------------------------------------------
     def cancel(self, job_id: str, *, now: datetime) -> Job: ...
 
-    def requeue(self, job_id: str, *, now: datetime, extra_attempts: int) -> Job:
-        """failed | cancelled → pending, with `extra_attempts` more attempts allowed."""
+    def requeue(
+        self, job_id: str, *, now: datetime, extra_attempts: int, guard: Guard | None = None
+    ) -> Job:
+        """failed | cancelled → pending, with `extra_attempts` more attempts allowed. `guard`
+        runs in the same transaction first and may raise to refuse."""
         ...
 
     # --- the relay's scans ----------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from knowledgeops.jobs.inprocess import InProcessQueue
 from knowledgeops.jobs.runner import Runner
@@ -31,8 +32,9 @@ class WorkerPool:
         """Stop taking jobs; running jobs give themselves back at their next progress write."""
         self.runner.stopping.set()
         self.queue.wake(len(self._threads))
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(timeout=timeout)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def alive(self) -> int:
         return sum(thread.is_alive() for thread in self._threads)

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from sqlalchemy import Connection, func, select
 
 from knowledgeops.blobs import LocalBlobStore
+from knowledgeops.db.engine import Database
 from knowledgeops.db.schema import documents
 
 
@@ -20,5 +21,18 @@ def unlink_unreferenced(conn: Connection, blobs: LocalBlobStore, keys: Iterable[
         users = conn.scalar(select(func.count()).where(documents.c.blob_key == key))
         if not users:
             blobs.delete(key)
+            removed += 1
+    return removed
+
+
+def sweep_unreferenced(db: Database, blobs: LocalBlobStore) -> int:
+    """Delete stored files no document refers to (left when a commit failed after the file was
+    moved into place). Runs at start-up, before any upload can be in flight."""
+    with db.read() as conn:
+        known = set(conn.scalars(select(documents.c.blob_key)).all())
+    removed = 0
+    for path in blobs.root.glob("*/*/*"):
+        if path.is_file() and path.name not in known:
+            path.unlink(missing_ok=True)
             removed += 1
     return removed

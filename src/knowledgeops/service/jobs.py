@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 
 from knowledgeops.db.engine import Database
 from knowledgeops.db.schema import documents, ingest_jobs, utcnow
-from knowledgeops.errors import NotFound
-from knowledgeops.jobs.states import JobStatus
+from knowledgeops.errors import Conflict, NotFound
+from knowledgeops.jobs.model import Job
+from knowledgeops.jobs.states import OPEN, JobStatus
 from knowledgeops.jobs.store import JobNotFound, JobStore
 from knowledgeops.service.views import JobView, Page
 
@@ -70,8 +71,40 @@ class Jobs:
 
     def retry(self, job_id: str) -> JobView:
         try:
-            self.store.requeue(job_id, now=utcnow(), extra_attempts=self.retry_attempts)
+            self.store.requeue(
+                job_id,
+                now=utcnow(),
+                extra_attempts=self.retry_attempts,
+                guard=_latest_and_alone,
+            )
         except JobNotFound:
             raise NotFound("job not found", code="job_not_found") from None
         self.notify()
         return self.get(job_id)
+
+
+def _latest_and_alone(tx: Connection, job: Job) -> None:
+    """Only the document's newest job may run again, and only when no other job of it is open:
+    an older generation completing later would replace newer content (DESIGN.md §5)."""
+    latest = tx.execute(
+        select(documents.c.latest_generation).where(documents.c.id == job.document_id)
+    ).scalar_one_or_none()
+    if latest is None:
+        raise NotFound("job not found", code="job_not_found")
+    if latest != job.generation:
+        raise Conflict(
+            "a newer job of this document exists; retry that one, or reindex the document",
+            code="superseded",
+        )
+    other = tx.scalar(
+        select(ingest_jobs.c.id).where(
+            ingest_jobs.c.document_id == job.document_id,
+            ingest_jobs.c.id != job.id,
+            ingest_jobs.c.status.in_([s.value for s in OPEN]),
+        )
+    )
+    if other is not None:
+        raise Conflict(
+            f"another job of this document is in progress ({other}); wait for it or cancel it",
+            code="job_in_progress",
+        )

@@ -115,6 +115,7 @@ class Uploads:
     ) -> Accepted:
         if staged.size == 0:
             raise InvalidRequest("the file is empty", code="empty_file")
+        staged.seal()  # the fsync happens here, not while the database write lock is held
         if idempotency_key is not None:
             earlier = self._replay(idempotency_key, staged.sha256, dataset_id)
             if earlier is not None:
@@ -128,11 +129,13 @@ class Uploads:
             )
         dataset = self.datasets.resolve(dataset_id)
         name = display_name(file_name, content_type)
-        for _ in range(2):  # a concurrent upload of the same bytes may win the insert
+        for _ in range(2):
             try:
                 return self._record(staged, dataset.id, name, content_type, idempotency_key)
             except IntegrityError:
-                continue
+                # a concurrent upload of the same bytes won the insert (the next try finds its
+                # document), or the dataset was deleted meanwhile (404 here)
+                self.datasets.get(dataset.id)
         raise Conflict("the same file is being uploaded concurrently; try again", code="busy")
 
     def _replay(self, key: str, sha256: str, dataset_id: str | None) -> Accepted | None:
@@ -181,8 +184,11 @@ class Uploads:
                 if status in (JobStatus.FAILED, JobStatus.CANCELLED):
                     requeue = job_id
         if requeue is not None:
-            self.jobs.retry(requeue)
-            created = True
+            try:
+                self.jobs.retry(requeue)
+                created = True
+            except Conflict:  # a concurrent upload of the same bytes re-queued it first
+                pass
         return Accepted(self.jobs.get(job_id), document_id, created)
 
     def _insert(

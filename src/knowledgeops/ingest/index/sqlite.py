@@ -1,8 +1,8 @@
 """The embedded index: sqlite-vec for vectors, FTS5 for words, both in the SQLite database file.
 
-Chunk rows live in the declared `chunks` table; the two virtual tables are keyed by that row's
-rowid. The vector table carries `dataset_id` and `active` as metadata columns so a KNN query is
-filtered inside sqlite-vec (exact, not post-filtered).
+Chunk rows live in the declared `chunks` table; the two virtual tables are keyed by its integer
+primary key `seq` (SQLite's rowid, kept by VACUUM). The vector table carries `dataset_id` and
+`active` as metadata columns, so a KNN query is filtered inside sqlite-vec (exact, not afterwards).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class SqliteIndex:
     def upsert(self, tx: Any, chunks: Sequence[IndexedChunk]) -> None:
         conn: Connection = tx
         for chunk in chunks:
-            rowid = conn.execute(
+            seq = conn.execute(
                 text(
                     "INSERT INTO chunks (id, document_id, dataset_id, generation, ordinal, text, "
                     "content_hash, token_count, page_start, page_end, section) VALUES (:id, "
@@ -56,7 +56,7 @@ class SqliteIndex:
                     ":token_count, :page_start, :page_end, :section) ON CONFLICT (id) DO UPDATE "
                     "SET text = excluded.text, content_hash = excluded.content_hash, "
                     "token_count = excluded.token_count, page_start = excluded.page_start, "
-                    "page_end = excluded.page_end, section = excluded.section RETURNING rowid"
+                    "page_end = excluded.page_end, section = excluded.section RETURNING seq"
                 ),
                 {
                     "id": chunk.id,
@@ -72,15 +72,15 @@ class SqliteIndex:
                     "section": chunk.section,
                 },
             ).scalar_one()
-            self._drop_index_rows(conn, [rowid])
+            self._drop_index_rows(conn, [seq])
             conn.exec_driver_sql(
                 f"INSERT INTO {self.vec} (rowid, embedding, dataset_id, active) "
                 "VALUES (?, ?, ?, 0)",
-                (rowid, _blob(chunk.vector), chunk.dataset_id),
+                (seq, _blob(chunk.vector), chunk.dataset_id),
             )
             conn.exec_driver_sql(
                 f"INSERT INTO {self.fts} (rowid, text) VALUES (?, ?)",
-                (rowid, spaced_cjk(chunk.text)),
+                (seq, spaced_cjk(chunk.text)),
             )
 
     def activate(self, tx: Any, document_id: str, generation: int) -> int:
@@ -109,7 +109,7 @@ class SqliteIndex:
         self._delete(tx, "dataset_id = ?", (dataset_id,))
 
     def _rowids(self, conn: Connection, where: str, params: tuple[Any, ...]) -> list[int]:
-        rows = conn.exec_driver_sql(f"SELECT rowid FROM chunks WHERE {where}", params).all()
+        rows = conn.exec_driver_sql(f"SELECT seq FROM chunks WHERE {where}", params).all()
         return [row[0] for row in rows]
 
     def _delete(self, conn: Connection, where: str, params: tuple[Any, ...]) -> None:
@@ -117,7 +117,7 @@ class SqliteIndex:
         self._drop_index_rows(conn, rowids)
         for part in _parts(rowids):
             marks = ",".join("?" * len(part))
-            conn.exec_driver_sql(f"DELETE FROM chunks WHERE rowid IN ({marks})", tuple(part))
+            conn.exec_driver_sql(f"DELETE FROM chunks WHERE seq IN ({marks})", tuple(part))
 
     def _drop_index_rows(self, conn: Connection, rowids: Sequence[int]) -> None:
         for part in _parts(rowids):
@@ -132,7 +132,7 @@ class SqliteIndex:
                 f"SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "
                 f"c.section, 1.0 - v.distance FROM (SELECT rowid, distance FROM {self.vec} "
                 "WHERE embedding MATCH ? AND k = ? AND dataset_id = ? AND active = 1) v "
-                "JOIN chunks c ON c.rowid = v.rowid ORDER BY v.distance",
+                "JOIN chunks c ON c.seq = v.rowid ORDER BY v.distance",
                 (_blob(vector), min(k, VEC_MAX_K), dataset_id),
             ).all()
         return [Hit(*row) for row in rows]
@@ -146,7 +146,7 @@ class SqliteIndex:
             rows = conn.exec_driver_sql(
                 f"SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "
                 f"c.section, -bm25({self.fts}) AS score FROM {self.fts} "
-                f"JOIN chunks c ON c.rowid = {self.fts}.rowid "
+                f"JOIN chunks c ON c.seq = {self.fts}.rowid "
                 "JOIN documents d ON d.id = c.document_id AND d.active_generation = c.generation "
                 f"WHERE {self.fts} MATCH ? AND c.dataset_id = ? ORDER BY bm25({self.fts}) LIMIT ?",
                 (match, dataset_id, k),

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-29 08:37:32.481098
+Create Date: 2026-11-29 09:23:05.763016
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ def upgrade() -> None:
 
     op.create_table(
         "chunks",
+        sa.Column("seq", sa.Integer(), autoincrement=True, nullable=False),
         sa.Column("id", sa.String(length=64), nullable=False),
         sa.Column("document_id", sa.String(length=36), nullable=False),
         sa.Column("dataset_id", sa.String(length=36), nullable=False),
@@ -83,13 +84,14 @@ def upgrade() -> None:
             name=op.f("fk_chunks_document_id_documents"),
             ondelete="CASCADE",
         ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_chunks")),
+        sa.PrimaryKeyConstraint("seq", name=op.f("pk_chunks")),
         sa.UniqueConstraint(
             "document_id",
             "generation",
             "ordinal",
             name=op.f("uq_chunks_document_id_generation_ordinal"),
         ),
+        sa.UniqueConstraint("id", name=op.f("uq_chunks_id")),
     )
     with op.batch_alter_table("chunks", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_chunks_dataset_id"), ["dataset_id"], unique=False)
