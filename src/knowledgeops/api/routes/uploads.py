@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
@@ -94,6 +95,4 @@ async def upload(
 
 
 def _is_uuid(value: str) -> bool:
-    import re
-
     return re.fullmatch(UUID_PATTERN, value) is not None
