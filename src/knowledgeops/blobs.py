@@ -30,6 +30,12 @@ class StagedFile:
         self.size = 0
         self.head = b""  # the first bytes, for content sniffing
 
+    def __enter__(self) -> StagedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.discard()  # a no-op once committed: the file has moved into the store
+
     def write(self, data: bytes) -> None:
         if self._file is None:
             raise ValueError("staged file is closed")

@@ -97,15 +97,19 @@ class Uploads:
         dataset_id: str | None,
         idempotency_key: str | None,
     ) -> Accepted:
-        try:
-            accepted = self._accept(staged, file_name, declared_type, dataset_id, idempotency_key)
-        finally:
-            staged.discard()  # no-op once committed
+        with staged:  # discarded on the way out unless it was committed into the store
+            if staged.size == 0:
+                raise InvalidRequest("the file is empty", code="empty_file")
+            staged.seal()  # the fsync happens here, not while the database write lock is held
+            replayed = self._replay(idempotency_key, staged.sha256, dataset_id)
+            accepted = replayed or self._record_new(
+                staged, file_name, declared_type, dataset_id, idempotency_key
+            )
         if accepted.created:
             self.notify()
         return accepted
 
-    def _accept(
+    def _record_new(
         self,
         staged: StagedFile,
         file_name: str | None,
@@ -113,13 +117,6 @@ class Uploads:
         dataset_id: str | None,
         idempotency_key: str | None,
     ) -> Accepted:
-        if staged.size == 0:
-            raise InvalidRequest("the file is empty", code="empty_file")
-        staged.seal()  # the fsync happens here, not while the database write lock is held
-        if idempotency_key is not None:
-            earlier = self._replay(idempotency_key, staged.sha256, dataset_id)
-            if earlier is not None:
-                return earlier
         content_type = sniff(staged.head, file_name or "", declared_type)
         if content_type is None:
             what = describe_unsupported(staged.head, file_name or "")
@@ -138,8 +135,9 @@ class Uploads:
                 self.datasets.get(dataset.id)
         raise Conflict("the same file is being uploaded concurrently; try again", code="busy")
 
-    def _replay(self, key: str, sha256: str, dataset_id: str | None) -> Accepted | None:
-        job = self.store.find_by_idempotency_key(key)
+    def _replay(self, key: str | None, sha256: str, dataset_id: str | None) -> Accepted | None:
+        """The first answer again, for a key seen before (409 if it came with other content)."""
+        job = self.store.find_by_idempotency_key(key) if key is not None else None
         if job is None:
             return None
         view = self.jobs.get(job.id)
