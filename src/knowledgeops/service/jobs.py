@@ -79,8 +79,9 @@ class Jobs:
             )
         except JobNotFound:
             raise NotFound("job not found", code="job_not_found") from None
+        requeued = self.get(job_id)  # the state as accepted, before a worker can take it
         self.notify()
-        return self.get(job_id)
+        return requeued
 
 
 def _latest_and_alone(tx: Connection, job: Job) -> None:

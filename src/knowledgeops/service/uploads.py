@@ -183,8 +183,7 @@ class Uploads:
                     requeue = job_id
         if requeue is not None:
             try:
-                self.jobs.retry(requeue)
-                created = True
+                return Accepted(self.jobs.retry(requeue), document_id, created=True)
             except Conflict:  # a concurrent upload of the same bytes re-queued it first
                 pass
         return Accepted(self.jobs.get(job_id), document_id, created)
