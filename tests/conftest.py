@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +17,7 @@ from sqlalchemy.engine import make_url
 
 from knowledgeops.db.engine import Database
 from knowledgeops.db.migrate import upgrade
+from knowledgeops.devpg import LocalPostgres, LocalPostgresError, free_port
 from knowledgeops.ingest.embedders.hashing import HashingEmbedder
 from knowledgeops.runtime import Embedded
 from knowledgeops.settings import Settings
@@ -62,19 +66,47 @@ def postgres_template() -> Iterator[str]:
     admin.dispose()
 
 
-@pytest.fixture
-def postgres_db(postgres_template: str) -> Iterator[Database]:
-    """A fresh, migrated PostgreSQL database for one test (CREATE DATABASE … TEMPLATE …)."""
-    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+def _database_from_template(admin_url: str, template: str) -> Iterator[Database]:
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     name = f"kops_t_{uuid.uuid4().hex[:12]}"
     with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{postgres_template}"'))
-    db = Database(make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False))
+        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+    db = Database(make_url(admin_url).set(database=name).render_as_string(hide_password=False))
     yield db
     db.dispose()
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+@pytest.fixture
+def postgres_db(postgres_template: str) -> Iterator[Database]:
+    """A fresh, migrated PostgreSQL database for one test (CREATE DATABASE … TEMPLATE …)."""
+    yield from _database_from_template(POSTGRES_URL, postgres_template)
+
+
+@pytest.fixture(scope="session")
+def pgvector_server() -> Iterator[LocalPostgres]:
+    """PostgreSQL 16 with pgvector from the pgserver package, on a free port, for this session
+    (the machine's PostgreSQL 15 has no pgvector); its `kops` database is migrated."""
+    root = Path(tempfile.mkdtemp(prefix="kops-test-pg-"))
+    server = LocalPostgres(root, free_port(), durable=False)
+    try:
+        server.start()
+    except LocalPostgresError as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        unavailable(f"PostgreSQL with pgvector (pgserver) could not start: {exc}")
+    engine = create_engine(server.url())
+    upgrade(engine)
+    engine.dispose()
+    yield server
+    server.destroy()
+
+
+@pytest.fixture
+def pgvector_db(pgvector_server: LocalPostgres) -> Iterator[Database]:
+    """A fresh, migrated database with pgvector for one test."""
+    yield from _database_from_template(pgvector_server.url("postgres"), pgvector_server.database)
 
 
 @pytest.fixture

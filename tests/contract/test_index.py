@@ -1,4 +1,5 @@
-"""One contract for every ChunkIndex: in memory and SQLite (sqlite-vec + FTS5) behave the same."""
+"""One contract for every ChunkIndex: in memory, SQLite (sqlite-vec + FTS5) and PostgreSQL
+(pgvector + tsvector) behave the same."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from knowledgeops.db.schema import datasets, documents
 from knowledgeops.ingest.embedders.hashing import HashingEmbedder
 from knowledgeops.ingest.index.base import ChunkIndex, IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.memory import MemoryIndex
+from knowledgeops.ingest.index.pgvector import PgVectorIndex
 from knowledgeops.ingest.index.sqlite import SqliteIndex
 
 EMBED = HashingEmbedder(dimension=64)
@@ -99,12 +101,17 @@ class Harness:
         return [hit.text for hit in hits]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("pgvector", marks=pytest.mark.postgres)])
 def harness(request: pytest.FixtureRequest) -> Harness:
     if request.param == "memory":
         return Harness(MemoryIndex(), None)
-    db: Database = request.getfixturevalue("sqlite_db")
-    index = SqliteIndex(db, EMBED.dimension)
+    index: SqliteIndex | PgVectorIndex
+    if request.param == "sqlite":
+        db: Database = request.getfixturevalue("sqlite_db")
+        index = SqliteIndex(db, EMBED.dimension)
+    else:
+        db = request.getfixturevalue("pgvector_db")
+        index = PgVectorIndex(db, EMBED.dimension)
     index.ensure()
     return Harness(index, db)
 

@@ -1,0 +1,247 @@
+"""The scale-out index: pgvector (HNSW, cosine) for vectors and PostgreSQL full-text (tsvector +
+GIN) for words, in the same database as the chunks, fused by the search service (RRF).
+
+Chunk rows live in the declared `chunks` table; one row per chunk in `chunk_vectors_{dim}` holds
+its vector, its words (`simple` configuration over the text with CJK characters spaced, so Chinese
+is indexed per character like the SQLite index) and whether its generation is active. Rows point
+at `chunks.seq` with ON DELETE CASCADE, so deleting chunks deletes their index rows in the same
+statement.
+
+HNSW is approximate and filters after the graph walk: a query scoped to a small dataset inside a
+large table may come back with fewer than k rows. When that happens the query is run again
+exactly (index scans off, the dataset's rows found through the btree), so a dataset never looks
+smaller than it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import Connection, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.exc import DBAPIError
+
+from knowledgeops.db.engine import Database
+from knowledgeops.db.schema import chunks, documents
+from knowledgeops.ingest.index.base import Hit, IndexedChunk, query_terms, spaced_cjk
+
+HNSW_MIN_EF_SEARCH = 40  # pgvector's default
+HNSW_MAX_EF_SEARCH = 1000  # pgvector's limit
+TS_CONFIG = "simple"  # no stemming, no stopword list: the same words in every language
+
+
+class PgVectorMissing(Exception):
+    """The database has no pgvector extension (or may not create it)."""
+
+
+class PgVectorIndex:
+    def __init__(self, db: Database, dimension: int) -> None:
+        if db.dialect != "postgresql":
+            raise ValueError("PgVectorIndex needs a PostgreSQL database")
+        self.db = db
+        self.dimension = dimension
+        self.table = f"chunk_vectors_{dimension}"
+
+    def ensure(self) -> None:
+        """Create the extension, the table and its indexes if missing (idempotent; `kops migrate`
+        and every process start run it). Raises PgVectorMissing with what to do."""
+        try:
+            with self.db.write() as conn:
+                conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS vector")
+        except DBAPIError as exc:
+            installed = self._installed_vector_version()
+            if installed is None:
+                raise PgVectorMissing(
+                    "the database has no pgvector extension and it could not be created "
+                    f"({_first_line(exc)}). Install pgvector ≥ 0.5 on the PostgreSQL server, "
+                    "or let a superuser run CREATE EXTENSION vector in this database"
+                ) from None
+        with self.db.write() as conn:
+            # two processes starting at once must not both create the table
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext('kops.index.ensure'))")
+            conn.exec_driver_sql(
+                f"CREATE TABLE IF NOT EXISTS {self.table} ("
+                "seq integer PRIMARY KEY REFERENCES chunks (seq) ON DELETE CASCADE, "
+                "dataset_id varchar(36) NOT NULL, "
+                "active boolean NOT NULL DEFAULT false, "
+                f"embedding vector({self.dimension}) NOT NULL, "
+                "words tsvector NOT NULL)"
+            )
+            conn.exec_driver_sql(
+                f"CREATE INDEX IF NOT EXISTS ix_{self.table}_hnsw ON {self.table} "
+                "USING hnsw (embedding vector_cosine_ops)"
+            )
+            conn.exec_driver_sql(
+                f"CREATE INDEX IF NOT EXISTS ix_{self.table}_words ON {self.table} "
+                "USING gin (words)"
+            )
+            conn.exec_driver_sql(
+                f"CREATE INDEX IF NOT EXISTS ix_{self.table}_dataset ON {self.table} "
+                "(dataset_id, active)"
+            )
+
+    def _installed_vector_version(self) -> str | None:
+        try:
+            with self.db.read() as conn:
+                row = conn.exec_driver_sql(
+                    "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+                ).first()
+        except DBAPIError:
+            return None
+        return None if row is None else str(row[0])
+
+    # --- writes ---------------------------------------------------------------------------------
+    def upsert(self, tx: Any, rows: Sequence[IndexedChunk]) -> None:
+        if not rows:
+            return
+        conn: Connection = tx
+        statement = pg_insert(chunks).values(
+            [
+                {
+                    "id": chunk.id,
+                    "document_id": chunk.document_id,
+                    "dataset_id": chunk.dataset_id,
+                    "generation": chunk.generation,
+                    "ordinal": chunk.ordinal,
+                    "text": chunk.text,
+                    "content_hash": chunk.content_hash,
+                    "token_count": chunk.token_count,
+                    "page_start": chunk.page_start,
+                    "page_end": chunk.page_end,
+                    "section": chunk.section,
+                }
+                for chunk in rows
+            ]
+        )
+        upsert = statement.on_conflict_do_update(
+            index_elements=[chunks.c.id],
+            set_={
+                name: statement.excluded[name]
+                for name in (
+                    "text",
+                    "content_hash",
+                    "token_count",
+                    "page_start",
+                    "page_end",
+                    "section",
+                )
+            },
+        ).returning(chunks.c.id, chunks.c.seq)
+        seq_by_id = {row.id: row.seq for row in conn.execute(upsert)}
+        conn.execute(
+            text(
+                f"INSERT INTO {self.table} (seq, dataset_id, active, embedding, words) "
+                f"VALUES (:seq, :dataset_id, false, CAST(:embedding AS vector), "
+                f"to_tsvector('{TS_CONFIG}', :words)) ON CONFLICT (seq) DO UPDATE SET "
+                "dataset_id = excluded.dataset_id, active = false, "
+                "embedding = excluded.embedding, words = excluded.words"
+            ),
+            [
+                {
+                    "seq": seq_by_id[chunk.id],
+                    "dataset_id": chunk.dataset_id,
+                    "embedding": _literal(chunk.vector),
+                    "words": spaced_cjk(chunk.text),
+                }
+                for chunk in rows
+            ],
+        )
+
+    def activate(self, tx: Any, document_id: str, generation: int) -> int:
+        conn: Connection = tx
+        conn.execute(
+            text(
+                f"UPDATE {self.table} v SET active = true FROM chunks c WHERE c.seq = v.seq "
+                "AND c.document_id = :document AND c.generation = :generation AND NOT v.active"
+            ),
+            {"document": document_id, "generation": generation},
+        )
+        conn.execute(
+            text("DELETE FROM chunks WHERE document_id = :document AND generation <> :generation"),
+            {"document": document_id, "generation": generation},
+        )
+        live = conn.execute(
+            text(
+                "SELECT count(*) FROM chunks WHERE document_id = :document "
+                "AND generation = :generation"
+            ),
+            {"document": document_id, "generation": generation},
+        ).scalar_one()
+        conn.execute(
+            update(documents)
+            .where(documents.c.id == document_id)
+            .values(active_generation=generation, chunk_count=live)
+        )
+        return int(live)
+
+    def discard(self, tx: Any, document_id: str, generation: int) -> None:
+        tx.execute(
+            text("DELETE FROM chunks WHERE document_id = :document AND generation = :generation"),
+            {"document": document_id, "generation": generation},
+        )
+
+    def delete_document(self, tx: Any, document_id: str) -> None:
+        tx.execute(text("DELETE FROM chunks WHERE document_id = :d"), {"d": document_id})
+
+    def delete_dataset(self, tx: Any, dataset_id: str) -> None:
+        tx.execute(text("DELETE FROM chunks WHERE dataset_id = :d"), {"d": dataset_id})
+
+    # --- reads ----------------------------------------------------------------------------------
+    def search_vector(self, dataset_id: str, vector: npt.NDArray[np.float32], k: int) -> list[Hit]:
+        query = text(
+            "SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, c.section, "
+            f"1 - (v.embedding <=> CAST(:q AS vector)) AS score FROM {self.table} v "
+            "JOIN chunks c ON c.seq = v.seq WHERE v.dataset_id = :dataset AND v.active "
+            "ORDER BY v.embedding <=> CAST(:q AS vector) LIMIT :k"
+        )
+        params = {"q": _literal(vector), "dataset": dataset_id, "k": k}
+        ef_search = min(max(HNSW_MIN_EF_SEARCH, 2 * k), HNSW_MAX_EF_SEARCH)
+        with self.db.read() as conn:
+            conn.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {ef_search}")
+            rows = conn.execute(query, params).all()
+            if len(rows) < k:  # the graph walk may miss a small dataset's rows: be exact
+                conn.exec_driver_sql("SET LOCAL enable_indexscan = off")
+                rows = conn.execute(query, params).all()
+        return [_hit(row) for row in rows]
+
+    def search_keyword(self, dataset_id: str, query: str, k: int) -> list[Hit]:
+        terms = query_terms(query)
+        if not terms:
+            return []
+        params: dict[str, Any] = {"dataset": dataset_id, "k": k}
+        parts = []
+        for n, term in enumerate(terms):
+            params[f"t{n}"] = term
+            parts.append(f"phraseto_tsquery('{TS_CONFIG}', :t{n})")
+        tsquery = " || ".join(parts)
+        with self.db.read() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "
+                    f"c.section, ts_rank_cd(v.words, q.query) AS score FROM {self.table} v "
+                    f"JOIN chunks c ON c.seq = v.seq, (SELECT {tsquery} AS query) q "
+                    "WHERE v.dataset_id = :dataset AND v.active AND v.words @@ q.query "
+                    "ORDER BY score DESC, c.seq LIMIT :k"
+                ),
+                params,
+            ).all()
+        return [_hit(row) for row in rows]
+
+
+def _hit(row: Any) -> Hit:
+    chunk, document, ordinal, body, page_start, page_end, section, score = row
+    return Hit(chunk, document, ordinal, body, page_start, page_end, section, float(score))
+
+
+def _literal(vector: npt.NDArray[np.float32]) -> str:
+    """pgvector's text form, '[x,y,…]' (float32 values printed exactly)."""
+    values = np.asarray(vector, dtype=np.float32)
+    return "[" + ",".join(map(repr, values.tolist())) + "]"
+
+
+def _first_line(exc: BaseException) -> str:
+    original = getattr(exc, "orig", exc)
+    return str(original).strip().splitlines()[0] if str(original).strip() else type(exc).__name__
