@@ -17,6 +17,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -170,8 +171,21 @@ class Chunk(Base):
     section: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
+class EmbeddingCacheEntry(Base):
+    """One cached vector (DESIGN.md §10). `model_id` holds the cache version and the model id
+    (`v1:<model id>`, see ingest/embedders/cache.py); `vector` is little-endian float32 bytes."""
+
+    __tablename__ = "embedding_cache"
+
+    model_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    text_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    vector: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 datasets = cast(Table, Dataset.__table__)
 documents = cast(Table, Document.__table__)
 ingest_jobs = cast(Table, IngestJob.__table__)
 outbox = cast(Table, Outbox.__table__)
 chunks = cast(Table, Chunk.__table__)
+embedding_cache = cast(Table, EmbeddingCacheEntry.__table__)

@@ -23,6 +23,7 @@ from knowledgeops.errors import PermanentError
 from knowledgeops.ingest.chunker import ChunkDraft, TokenChunker, Tokenizer
 from knowledgeops.ingest.clean import clean_blocks
 from knowledgeops.ingest.embedders.base import Embedder
+from knowledgeops.ingest.embedders.cache import CachedEmbedder
 from knowledgeops.ingest.index.base import ChunkIndex, IndexedChunk, chunk_id
 from knowledgeops.ingest.parsers.base import Block
 from knowledgeops.ingest.parsers.registry import parse
@@ -102,13 +103,25 @@ class IngestPipeline:
         # Batches of similar length waste no model time on padding; order does not matter
         # because every chunk's id and ordinal are fixed already.
         order = sorted(drafts, key=lambda d: d.token_count)
-        processed = 0
+        processed = embedded = 0
         for start in range(0, len(order), self.batch_size):
             batch = order[start : start + self.batch_size]
-            vectors = self.embedder.embed([d.text for d in batch])
+            texts = [d.text for d in batch]
+            if isinstance(self.embedder, CachedEmbedder):
+                vectors, fresh = self.embedder.embed_counted(texts)
+            else:
+                vectors, fresh = self.embedder.embed(texts), len(texts)
+            embedded += fresh
             rows = [self._indexed(ctx, d, v) for d, v in zip(batch, vectors, strict=True)]
             processed += len(batch)
             ctx.report(processed=processed, work=self._writer(rows))
+        log.info(
+            "job %s: %d chunks; cache: %d texts embedded, %d reused",
+            ctx.job.id,
+            len(order),
+            embedded,
+            len(order) - embedded,
+        )
 
     def _writer(self, rows: list[IndexedChunk]) -> Callable[[Any], None]:
         def write(tx: Any) -> None:
