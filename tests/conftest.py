@@ -111,8 +111,9 @@ def pgvector_db(pgvector_server: LocalPostgres) -> Iterator[Database]:
 
 @pytest.fixture
 def make_runtime(tmp_path: Any) -> Iterator[Callable[..., Embedded]]:
-    """Build an embedded runtime in a temp folder with the deterministic test embedder and fast
-    timings; started runtimes are stopped at the end of the test."""
+    """Build an embedded runtime in a temp folder with the deterministic test embedder, fast
+    timings and no embedding cache (unless asked for); started runtimes are stopped at the end
+    of the test."""
     built: list[Embedded] = []
 
     def make(*, start: bool = True, embedder: Any = None, **overrides: Any) -> Embedded:
@@ -127,6 +128,8 @@ def make_runtime(tmp_path: Any) -> Iterator[Callable[..., Embedded]]:
             "embed_batch_size": 8,
             "chunk_size": 64,
             "chunk_overlap": 8,
+            # the embedder a test passes is what it observes; the cache has tests of its own
+            "embed_cache": False,
         }
         values.update(overrides)
         runtime = Embedded(Settings(**values), embedder=embedder or HashingEmbedder())

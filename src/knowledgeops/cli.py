@@ -97,7 +97,10 @@ def migrate(
     """Bring the database schema up to date."""
     from knowledgeops.db.engine import Database
     from knowledgeops.db.migrate import current_revision, upgrade
+    from knowledgeops.ingest.embedders.local import DIMENSION
     from knowledgeops.lockfile import DataDirLock, DataDirLocked
+    from knowledgeops.preflight import StartupError, check_database, check_index
+    from knowledgeops.runtime import make_index
 
     settings = _settings(data_dir=data_dir)
     lock = DataDirLock(settings.data_dir)
@@ -108,9 +111,13 @@ def migrate(
             raise _fail(str(exc)) from None
     db = Database(settings.resolved_database_url)
     try:
+        check_database(db)
         before = current_revision(db.engine)
         upgrade(db.engine)
         after = current_revision(db.engine)
+        check_index(make_index(db, DIMENSION), db)  # pgvector and its tables on PostgreSQL
+    except StartupError as exc:
+        raise _fail(str(exc), 2) from None
     finally:
         db.dispose()
         lock.release()
@@ -327,6 +334,11 @@ def bench_embedded(
         bench.write_json(figures, out)
     if figures.failed:
         raise typer.Exit(1)
+
+
+from knowledgeops import cli_scaleout  # noqa: E402  (registers after the embedded commands)
+
+cli_scaleout.register(app)
 
 
 def main() -> None:

@@ -1,7 +1,16 @@
-"""Wiring, in one place: the embedded default built from `Settings`, started and stopped.
+"""Wiring, in one place: every process role built from `Settings`, started and stopped.
 
-One process holds it all (DESIGN.md §2): SQLite, the in-process queue, the relay thread, the
-heartbeat thread and the worker threads, plus the use cases the API and CLI call.
+- `Embedded` (`kops serve`): one process holds it all (DESIGN.md §2): SQLite, the in-process
+  queue, the relay thread, the heartbeat thread and the worker threads, plus the use cases.
+- `ApiRuntime` (`kops api`): the use cases only; uploads are recorded with their outbox row and
+  the relay publishes them.
+- `WorkerRuntime` (`kops worker`, inside each Celery worker process): the pipeline, the runner
+  and the heartbeat.
+- `RelayRuntime` (`kops relay`): the relay publishing to Celery, active only while it holds the
+  leader lock.
+
+Adapters are chosen here from the settings (SQLite or PostgreSQL index, SQL or Redis cache); the
+layers below never look at the settings themselves.
 """
 
 from __future__ import annotations
@@ -19,15 +28,23 @@ from knowledgeops.db.migrate import upgrade
 from knowledgeops.db.schema import utcnow
 from knowledgeops.ingest.chunker import HFTokenizer
 from knowledgeops.ingest.embedders.base import Embedder
+from knowledgeops.ingest.embedders.cache import (
+    CachedEmbedder,
+    EmbeddingCache,
+    RedisEmbeddingCache,
+    SqlEmbeddingCache,
+)
 from knowledgeops.ingest.embedders.local import LocalMiniLM, load_tokenizer
+from knowledgeops.ingest.index.pgvector import PgVectorIndex
 from knowledgeops.ingest.index.sqlite import SqliteIndex
 from knowledgeops.ingest.lifecycle import DocumentLifecycle
 from knowledgeops.ingest.pipeline import IngestPipeline
+from knowledgeops.jobs.dispatch import Dispatcher
 from knowledgeops.jobs.heartbeat import Heartbeat
 from knowledgeops.jobs.inprocess import InProcessQueue
 from knowledgeops.jobs.relay import Relay
 from knowledgeops.jobs.retry import RetryPolicy
-from knowledgeops.jobs.runner import Runner
+from knowledgeops.jobs.runner import Handler, Runner
 from knowledgeops.jobs.sql_store import SqlJobStore
 from knowledgeops.jobs.store import LeaseLost
 from knowledgeops.jobs.worker_pool import WorkerPool
@@ -42,8 +59,40 @@ from knowledgeops.settings import Settings
 
 log = logging.getLogger(__name__)
 
+Index = SqliteIndex | PgVectorIndex
 
-class Embedded:
+
+def make_index(db: Database, dimension: int) -> Index:
+    return SqliteIndex(db, dimension) if db.is_sqlite else PgVectorIndex(db, dimension)
+
+
+def make_embedder(settings: Settings, db: Database, embedder: Embedder | None = None) -> Embedder:
+    """The model (or the one given, in tests), behind the embedding cache unless it is off."""
+    model: Embedder = embedder or LocalMiniLM(threads=settings.model_threads)
+    if not settings.embed_cache:
+        return model
+    cache: EmbeddingCache = (
+        RedisEmbeddingCache(settings.cache_url.get_secret_value())
+        if settings.cache_url is not None
+        else SqlEmbeddingCache(db)
+    )
+    return CachedEmbedder(model, cache)
+
+
+def preload(embedder: Embedder) -> None:
+    """Load the model in the background so the first job or query does not wait for it."""
+    load = getattr(embedder, "load", None)
+    if callable(load):
+        threading.Thread(target=load, name="kops-model-load", daemon=True).start()
+
+
+def retry_policy(settings: Settings) -> RetryPolicy:
+    return RetryPolicy(settings.backoff_base_s, settings.backoff_max_s)
+
+
+class Services:
+    """The use cases the API and the CLI share, over one database and one file store."""
+
     def __init__(
         self,
         settings: Settings,
@@ -52,44 +101,15 @@ class Embedded:
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.settings = settings
+        self.clock = clock
         self.started_at: float | None = None
-        self.lock = DataDirLock(settings.data_dir)
         self.db = Database(settings.resolved_database_url)
         self.blobs = LocalBlobStore(settings.data_dir)
-        self.embedder: Embedder = embedder or LocalMiniLM(threads=settings.model_threads)
-        self.index = SqliteIndex(self.db, self.embedder.dimension)
+        self.embedder = make_embedder(settings, self.db, embedder)
+        self.index: Index = make_index(self.db, self.embedder.dimension)
         self.store = SqlJobStore(self.db, DocumentLifecycle(self.index))
-        self.queue = InProcessQueue()
-        policy = RetryPolicy(settings.backoff_base_s, settings.backoff_max_s)
-        self.heartbeat = Heartbeat(self.store, settings.heartbeat_interval_s, clock)
-        self.relay = Relay(
-            self.store,
-            self.queue,
-            policy=policy,
-            stale_after_s=settings.stale_after_s,
-            republish_after_s=settings.republish_after_s,
-            interval_s=settings.relay_interval_s,
-            clock=clock,
-        )
-        self.pipeline = IngestPipeline(
-            self.db,
-            self.blobs,
-            self.index,
-            self.embedder,
-            HFTokenizer(load_tokenizer()),
-            batch_size=settings.embed_batch_size,
-        )
-        self.runner = Runner(
-            self.store,
-            self.pipeline,
-            policy=policy,
-            heartbeat=self.heartbeat,
-            clock=clock,
-            owner_prefix=f"serve-{os.getpid()}",
-        )
-        self.workers = WorkerPool(self.queue, self.runner, settings.workers)
 
-        notify = self.relay.wake
+        notify = self.notify
         defaults = DatasetDefaults(
             self.embedder.model_id, settings.chunk_size, settings.chunk_overlap
         )
@@ -112,6 +132,75 @@ class Embedded:
             notify=notify,
         )
         self.search = Search(self.db, self.datasets, self.index, self.embedder)
+
+    def notify(self) -> None:
+        """Called after a transaction wrote an outbox row (the embedded relay wakes up)."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def readiness(self) -> dict[str, object]:
+        raise NotImplementedError
+
+    def _database_check(self) -> str:
+        try:
+            self.db.ping()
+        except Exception as exc:
+            return f"unavailable: {type(exc).__name__}"
+        return "ok"
+
+
+def make_pipeline(
+    settings: Settings, db: Database, blobs: LocalBlobStore, index: Index, embedder: Embedder
+) -> IngestPipeline:
+    return IngestPipeline(
+        db,
+        blobs,
+        index,
+        embedder,
+        HFTokenizer(load_tokenizer()),
+        batch_size=settings.embed_batch_size,
+    )
+
+
+class Embedded(Services):
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        embedder: Embedder | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        super().__init__(settings, embedder=embedder, clock=clock)
+        self.lock = DataDirLock(settings.data_dir)
+        self.queue = InProcessQueue()
+        policy = retry_policy(settings)
+        self.heartbeat = Heartbeat(self.store, settings.heartbeat_interval_s, clock)
+        self.relay = Relay(
+            self.store,
+            self.queue,
+            policy=policy,
+            stale_after_s=settings.stale_after_s,
+            republish_after_s=settings.republish_after_s,
+            interval_s=settings.relay_interval_s,
+            clock=clock,
+        )
+        self.pipeline = make_pipeline(settings, self.db, self.blobs, self.index, self.embedder)
+        self.runner = Runner(
+            self.store,
+            self.pipeline,
+            policy=policy,
+            heartbeat=self.heartbeat,
+            clock=clock,
+            owner_prefix=f"serve-{os.getpid()}",
+        )
+        self.workers = WorkerPool(self.queue, self.runner, settings.workers)
+
+    def notify(self) -> None:
+        self.relay.wake()
 
     # --- lifecycle ------------------------------------------------------------------------------
     def acquire(self) -> None:
@@ -159,18 +248,11 @@ class Embedded:
                 pass
 
     def _preload_model(self) -> None:
-        load = getattr(self.embedder, "load", None)
-        if callable(load):
-            threading.Thread(target=load, name="kops-model-load", daemon=True).start()
+        preload(self.embedder)
 
     def readiness(self) -> dict[str, object]:
         """What /readyz reports: the database answers and the background threads run."""
-        checks: dict[str, object] = {}
-        try:
-            self.db.ping()
-            checks["database"] = "ok"
-        except Exception as exc:
-            checks["database"] = f"unavailable: {type(exc).__name__}"
+        checks: dict[str, object] = {"database": self._database_check()}
         alive = self.workers.alive()
         checks["workers"] = f"{alive}/{self.workers.size} running"
         checks["relay"] = "running" if self.relay.is_alive() else "stopped"
@@ -183,3 +265,136 @@ class Embedded:
             and self.heartbeat.is_alive()
         )
         return checks
+
+
+# --- scale-out roles ----------------------------------------------------------------------------
+class ApiRuntime(Services):
+    """`kops api`: the use cases behind HTTP. Uploads commit their job with its outbox row; the
+    relay (another process) publishes them, so an upload is accepted while the broker is down."""
+
+    def start(self) -> None:
+        from knowledgeops.preflight import check_database, check_index, check_schema
+
+        started = time.perf_counter()
+        check_database(self.db)
+        check_schema(self.db)
+        check_index(self.index, self.db)
+        self.datasets.ensure_default()
+        preload(self.embedder)  # search embeds queries
+        self.started_at = time.perf_counter()
+        log.info("api runtime started in %.2f s", self.started_at - started)
+
+    def stop(self) -> None:
+        self.db.dispose()
+
+    def readiness(self) -> dict[str, object]:
+        checks: dict[str, object] = {"database": self._database_check()}
+        checks["model"] = "loaded" if getattr(self.embedder, "loaded", True) else "loading"
+        checks["ready"] = checks["database"] == "ok"
+        return checks
+
+
+class WorkerRuntime:
+    """One Celery worker process: the pipeline behind the shared `Runner`, with its heartbeat."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        embedder: Embedder | None = None,
+        handler_wrapper: Callable[[Handler], Handler] | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.settings = settings
+        self.db = Database(settings.resolved_database_url)
+        self.blobs = LocalBlobStore(settings.data_dir)
+        self.embedder = make_embedder(settings, self.db, embedder)
+        self.index: Index = make_index(self.db, self.embedder.dimension)
+        self.store = SqlJobStore(self.db, DocumentLifecycle(self.index))
+        self.heartbeat = Heartbeat(self.store, settings.heartbeat_interval_s, clock)
+        self.pipeline = make_pipeline(settings, self.db, self.blobs, self.index, self.embedder)
+        handler: Handler = self.pipeline
+        if handler_wrapper is not None:
+            handler = handler_wrapper(handler)
+        self.runner = Runner(
+            self.store,
+            handler,
+            policy=retry_policy(settings),
+            heartbeat=self.heartbeat,
+            clock=clock,
+            owner_prefix=f"worker-{os.uname().nodename}-{os.getpid()}",
+        )
+
+    def start(self) -> None:
+        self.heartbeat.start()
+        preload(self.embedder)
+
+    def stop(self) -> None:
+        """Stop taking jobs; leases still held go back to the queue without using an attempt."""
+        self.runner.stopping.set()
+        for lease in self.heartbeat.held():
+            try:
+                self.store.release(lease, now=self.runner.clock())
+            except LeaseLost:
+                pass
+            except Exception:
+                log.warning("job %s: could not be released at shutdown", lease.job_id)
+        self.heartbeat.stop()
+        self.db.dispose()
+
+
+class RelayRuntime:
+    """`kops relay`: the outbox relay publishing to the broker, while it holds the leader lock.
+
+    A standby process runs the same loop and only tries the lock; when the active relay dies its
+    session ends, the lock is free, and the standby takes over on its next try."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        dispatcher: Dispatcher,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        from knowledgeops.jobs.leader import AdvisoryLeader
+
+        self.settings = settings
+        self.db = Database(settings.resolved_database_url)
+        self.index: Index = make_index(self.db, LocalMiniLM.dimension)
+        self.store = SqlJobStore(self.db, DocumentLifecycle(self.index))
+        self.dispatcher = dispatcher
+        self.relay = Relay(
+            self.store,
+            dispatcher,
+            policy=retry_policy(settings),
+            stale_after_s=settings.stale_after_s,
+            republish_after_s=settings.republish_after_s,
+            interval_s=settings.relay_interval_s,
+            clock=clock,
+        )
+        self.leader = AdvisoryLeader(settings.resolved_database_url)
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        """Until `stopping` is set: lead or stand by."""
+        was_leader: bool | None = None
+        while not self.stopping.is_set():
+            try:
+                leading = self.leader.try_acquire()
+            except Exception as exc:
+                log.warning("relay: cannot reach the database for the leader lock: %s", exc)
+                leading = False
+            if leading != was_leader:
+                log.info("relay: %s", "active" if leading else "standing by")
+                was_leader = leading
+            if leading:
+                try:
+                    self.relay.run_once()
+                except Exception:
+                    log.exception("relay pass failed")
+            self.stopping.wait(self.settings.relay_interval_s)
+        self.leader.release()
+        self.db.dispose()
+
+    def stop(self) -> None:
+        self.stopping.set()

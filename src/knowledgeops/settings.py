@@ -27,6 +27,26 @@ class Settings(BaseSettings):
         None, description="SQLAlchemy URL; default: a SQLite file in data_dir."
     )
 
+    # scale-out (DESIGN.md §2, §7): a broker feeds Celery workers; Redis caches embeddings
+    broker_url: SecretStr | None = Field(
+        None, description="Celery broker for `kops worker`/`kops relay`: redis://… or amqp://…"
+    )
+    cache_url: SecretStr | None = Field(
+        None,
+        description="Redis for the embedding cache (its own database number); default: a table "
+        "in the database.",
+    )
+    embed_cache: bool = Field(True, description="Reuse vectors of text embedded before.")
+    job_time_limit_s: float = Field(
+        3600.0, gt=0, description="A job running longer is stopped and failed."
+    )
+    broker_visibility_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="Redis redelivers an unacknowledged job after this; default 2 × "
+        "job_time_limit_s (it must be longer than the longest job).",
+    )
+
     # HTTP
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
@@ -74,7 +94,20 @@ class Settings(BaseSettings):
             )
         if self.backoff_max_s < self.backoff_base_s:
             raise ValueError("backoff_max_s must not be less than backoff_base_s")
+        if self.visibility_timeout_s <= self.job_time_limit_s:
+            raise ValueError(
+                f"broker_visibility_timeout_s {self.visibility_timeout_s:g} must be longer than "
+                f"job_time_limit_s {self.job_time_limit_s:g}; otherwise Redis hands a running job "
+                "to a second worker"
+            )
+        _check_redis_roles(self.broker_url, self.cache_url)
         return self
+
+    @property
+    def visibility_timeout_s(self) -> float:
+        if self.broker_visibility_timeout_s is not None:
+            return self.broker_visibility_timeout_s
+        return 2 * self.job_time_limit_s
 
     @cached_property
     def resolved_database_url(self) -> str:
@@ -97,10 +130,30 @@ class Settings(BaseSettings):
             value = getattr(self, name)
             shown[name] = (
                 ("set" if value is not None else "not set")
-                if isinstance(value, SecretStr) or name == "database_url"
+                if isinstance(value, SecretStr) or name.endswith("_url")
                 else value
             )
         return shown
+
+
+def _check_redis_roles(broker: SecretStr | None, cache: SecretStr | None) -> None:
+    """Broker and cache must not share a Redis database: flushing the cache would drop jobs'
+    messages (DESIGN.md §7)."""
+    if broker is None or cache is None:
+        return
+    from urllib.parse import urlsplit
+
+    b, c = urlsplit(broker.get_secret_value()), urlsplit(cache.get_secret_value())
+    if not c.scheme.startswith("redis"):
+        raise ValueError("cache_url must be a redis:// or rediss:// URL")
+    if not b.scheme.startswith("redis"):
+        return
+    same_server = (b.hostname, b.port or 6379) == (c.hostname, c.port or 6379)
+    if same_server and (b.path.strip("/") or "0") == (c.path.strip("/") or "0"):
+        raise ValueError(
+            "cache_url and broker_url point at the same Redis database; give the cache its own "
+            "database number (for example redis://host:6379/2)"
+        )
 
 
 class SettingsError(Exception):

@@ -11,10 +11,10 @@ from fastapi import FastAPI
 from knowledgeops import __version__
 from knowledgeops.api import errors
 from knowledgeops.api.routes import datasets, documents, health, jobs, search, uploads
-from knowledgeops.runtime import Embedded
+from knowledgeops.runtime import Services
 
 
-def create_app(runtime: Embedded, *, manage_runtime: bool = True) -> FastAPI:
+def create_app(runtime: Services, *, manage_runtime: bool = True) -> FastAPI:
     """`manage_runtime`: start the runtime with the app and stop it on shutdown."""
 
     @asynccontextmanager
@@ -41,3 +41,11 @@ def create_app(runtime: Embedded, *, manage_runtime: bool = True) -> FastAPI:
     for module in (health, uploads, jobs, documents, datasets, search):
         app.include_router(module.router)
     return app
+
+
+def create_scaleout_app() -> FastAPI:
+    """The app of one `kops api` process (uvicorn's factory; settings from the environment)."""
+    from knowledgeops.runtime import ApiRuntime
+    from knowledgeops.settings import load_settings
+
+    return create_app(ApiRuntime(load_settings()))

@@ -6,17 +6,17 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
 
-from knowledgeops.runtime import Embedded
+from knowledgeops.runtime import Services
 
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 
 
-def get_runtime(request: Request) -> Embedded:
-    runtime: Embedded = request.app.state.runtime
+def get_runtime(request: Request) -> Services:
+    runtime: Services = request.app.state.runtime
     return runtime
 
 
-RuntimeDep = Annotated[Embedded, Depends(get_runtime)]
+RuntimeDep = Annotated[Services, Depends(get_runtime)]
 JobId = Annotated[str, Path(pattern=UUID_PATTERN, description="A job id (UUID).")]
 DatasetId = Annotated[str, Path(pattern=UUID_PATTERN, description="A dataset id (UUID).")]
 DocumentId = Annotated[str, Path(pattern=UUID_PATTERN, description="A document id (UUID).")]

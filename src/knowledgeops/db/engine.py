@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 SQLITE_BUSY_TIMEOUT_MS = 30_000  # ms
 SQLITE_POOL_SIZE = 16  # connections kept open
 SQLITE_POOL_OVERFLOW = 64  # more opened under load
+CONNECT_TIMEOUT_S = 10  # s: a server that does not answer fails the connection, not the process
 
 
 def _sqlite_engine(url: str) -> Engine:
@@ -58,7 +59,14 @@ def _sqlite_engine(url: str) -> Engine:
 def create_db_engine(url: str) -> Engine:
     if make_url(url).get_backend_name() == "sqlite":
         return _sqlite_engine(url)
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=10,
+        pool_timeout=30,
+        connect_args={"connect_timeout": CONNECT_TIMEOUT_S},
+    )
 
 
 class Database:
@@ -86,6 +94,11 @@ class Database:
         """A read-only transaction (a consistent snapshot; never takes the write lock)."""
         with self.engine.connect() as conn, conn.begin():
             yield conn
+
+    @property
+    def safe_url(self) -> str:
+        """The URL with its password hidden, for messages and logs."""
+        return make_url(self.url).render_as_string(hide_password=True)
 
     def ping(self) -> None:
         with self.read() as conn:

@@ -24,6 +24,8 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the database to `revision` (default: the newest)."""
     cfg = alembic_config(engine)
     with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":  # two `kops migrate` at once: one waits
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext('kops.migrate'))")
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
 

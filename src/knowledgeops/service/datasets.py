@@ -106,6 +106,10 @@ class Datasets:
 
     def ensure_default(self) -> DatasetView:
         with self.db.write() as conn:
+            if not self.db.is_sqlite:  # several API processes may start at once
+                conn.exec_driver_sql(
+                    "SELECT pg_advisory_xact_lock(hashtext('kops.default_dataset'))"
+                )
             row = conn.execute(self._select().where(datasets.c.is_default.is_(True))).first()
             if row is not None:
                 return self._view(row)

@@ -1,0 +1,88 @@
+"""The Celery side of `kops worker`: the one task, and a `WorkerRuntime` per worker process.
+
+The task only calls the shared `run_job(job_id)`; everything it needs is reloaded from the
+database. Each prefork child builds its own runtime after the fork (database pools, the heartbeat
+thread and the model must not be shared across a fork) and gives back the leases it still holds
+when it shuts down.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Celery
+from celery.exceptions import SoftTimeLimitExceeded
+from celery.signals import worker_process_init, worker_process_shutdown
+
+from knowledgeops.errors import PermanentError
+from knowledgeops.jobs.celery_dispatch import TASK_NAME, make_celery
+from knowledgeops.jobs.runner import Handler, JobContext
+from knowledgeops.runtime import WorkerRuntime
+from knowledgeops.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class _Process:
+    """What this worker process holds: the settings (set before the fork) and its runtime."""
+
+    settings: Settings | None = None
+    runtime: WorkerRuntime | None = None
+
+
+def _time_limited(limit_s: float) -> Any:
+    def wrap(handler: Handler) -> Handler:
+        def run(ctx: JobContext) -> None:
+            try:
+                handler(ctx)
+            except SoftTimeLimitExceeded:
+                raise PermanentError(
+                    f"the job ran longer than {limit_s:g} s (KOPS_JOB_TIME_LIMIT_S) "
+                    "and was stopped",
+                    code="time_limit",
+                ) from None
+
+        return run
+
+    return wrap
+
+
+def runtime() -> WorkerRuntime:
+    """This process's runtime, built on first use (after the fork)."""
+    if _Process.runtime is None:
+        settings = _Process.settings
+        if settings is None:
+            raise RuntimeError("create_worker_app() was not called in this process")
+        built = WorkerRuntime(settings, handler_wrapper=_time_limited(settings.job_time_limit_s))
+        built.start()
+        _Process.runtime = built
+    return _Process.runtime
+
+
+def _on_process_init(**_: Any) -> None:
+    runtime()
+
+
+def _on_process_shutdown(**_: Any) -> None:
+    if _Process.runtime is not None:
+        _Process.runtime.stop()
+        _Process.runtime = None
+
+
+def create_worker_app(settings: Settings) -> Celery:
+    _Process.settings = settings
+    assert settings.broker_url is not None
+    app = make_celery(
+        settings.broker_url.get_secret_value(),
+        job_time_limit_s=settings.job_time_limit_s,
+        visibility_timeout_s=settings.visibility_timeout_s,
+    )
+
+    @app.task(name=TASK_NAME, ignore_result=True)  # type: ignore[untyped-decorator]
+    def run_job(job_id: str) -> str:
+        return runtime().runner.run_job(job_id).value
+
+    worker_process_init.connect(_on_process_init, weak=False)
+    worker_process_shutdown.connect(_on_process_shutdown, weak=False)
+    return app

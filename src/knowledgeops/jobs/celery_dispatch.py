@@ -1,0 +1,108 @@
+"""Celery as the scale-out broker (DESIGN.md §2, §6): configured for at-least-once delivery with
+the database as the truth.
+
+- `task_acks_late` + `task_reject_on_worker_lost`: a message is acknowledged only after the job
+  ran, and a worker that dies mid-job gives its message back.
+- `worker_prefetch_multiplier = 1`: a worker holds no more jobs than it runs.
+- explicit soft/hard time limits; a Redis `visibility_timeout` longer than the hard limit, so Redis
+  never hands a running job to a second worker while the first still works on it.
+- short socket timeouts on the broker connection: a dead broker fails a publish in seconds, and
+  the outbox keeps the row for the next relay pass.
+- results ignored: state lives in the database. Backoff is the database's `run_after`, never a
+  Celery countdown.
+
+The message is only the job id. This module knows nothing of what a job does: the worker wiring
+registers the task that calls the shared `run_job`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Celery
+from kombu.connection import Connection
+
+from knowledgeops.jobs.dispatch import PublishError
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "kops.run_job"
+QUEUE = "kops.jobs"
+HARD_LIMIT_GRACE_S = 30  # s: after the soft limit, the task gets this long before it is killed
+SOCKET_TIMEOUT_S = 5.0  # s: broker connect/read timeout
+SUPPORTED_SCHEMES = ("redis", "rediss", "amqp", "amqps", "pyamqp", "memory")
+
+
+def make_celery(
+    broker_url: str,
+    *,
+    job_time_limit_s: float,
+    visibility_timeout_s: float,
+    name: str = "knowledgeops",
+) -> Celery:
+    app = Celery(name, broker=broker_url, set_as_current=False)
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        task_soft_time_limit=job_time_limit_s,
+        task_time_limit=job_time_limit_s + HARD_LIMIT_GRACE_S,
+        task_ignore_result=True,
+        result_backend=None,
+        task_default_queue=QUEUE,
+        task_routes={TASK_NAME: {"queue": QUEUE}},
+        task_serializer="json",
+        accept_content=["json"],
+        broker_transport_options={
+            "visibility_timeout": int(visibility_timeout_s),
+            "socket_timeout": SOCKET_TIMEOUT_S,
+            "socket_connect_timeout": SOCKET_TIMEOUT_S,
+        },
+        broker_connection_timeout=SOCKET_TIMEOUT_S,
+        broker_connection_retry_on_startup=True,
+        broker_heartbeat=30,
+        broker_pool_limit=4,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+        worker_cancel_long_running_tasks_on_connection_loss=False,
+        task_publish_retry=False,
+    )
+    return app
+
+
+def scheme_of(broker_url: str) -> str:
+    return broker_url.split("://", 1)[0].lower() if "://" in broker_url else ""
+
+
+def masked(broker_url: str) -> str:
+    """The URL with any password replaced, for messages and logs."""
+    return str(Connection(broker_url).as_uri(include_password=False))  # type: ignore[no-untyped-call]
+
+
+def check_broker(app: Celery, timeout_s: float = SOCKET_TIMEOUT_S) -> None:
+    """Connect once; raises ConnectionError with a message naming the broker (password hidden)."""
+    url = str(app.conf.broker_url)
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=timeout_s)
+    except Exception as exc:
+        raise ConnectionError(f"cannot reach the broker at {masked(url)}: {exc}") from None
+
+
+class CeleryDispatcher:
+    """Publishes job ids as `kops.run_job` tasks; any broker error is a PublishError."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+
+    def publish(self, job_id: str) -> None:
+        try:
+            self.app.send_task(TASK_NAME, args=[job_id], queue=QUEUE, retry=False)
+        except Exception as exc:
+            raise PublishError(f"{type(exc).__name__}: {exc}") from exc
+
+    def close(self) -> None:
+        pool: Any = self.app.pool
+        pool.force_close_all()

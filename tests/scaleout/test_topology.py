@@ -1,0 +1,205 @@
+"""The scale-out topology end to end: separate API, relay and worker processes on PostgreSQL
+(pgvector) and Redis, with the real model; and an upload while the broker is down."""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from sqlalchemy import text
+
+from knowledgeops.db.engine import Database
+from knowledgeops.topology import LocalRedis, Topology
+from tests.scaleout.conftest import write_corpus
+
+pytestmark = [pytest.mark.postgres, pytest.mark.scaleout, pytest.mark.model]
+
+TERMINAL = {"completed", "failed", "cancelled"}
+COMPLETED_LINE = re.compile(r"job ([0-9a-f-]{36}): completed")
+
+
+def upload(client: httpx.Client, path: Path) -> tuple[dict[str, Any], float]:
+    started = time.perf_counter()
+    with path.open("rb") as handle:
+        response = client.post("/docs/upload", files={"file": (path.name, handle)})
+    elapsed = time.perf_counter() - started
+    assert response.status_code == 202, response.text
+    return response.json(), elapsed
+
+
+def wait_terminal(
+    client: httpx.Client, job_ids: list[str], timeout: float
+) -> dict[str, dict[str, Any]]:
+    done: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout
+    while len(done) < len(job_ids):
+        for job_id in job_ids:
+            if job_id not in done:
+                job = client.get(f"/docs/jobs/{job_id}").json()
+                if job["status"] in TERMINAL:
+                    done[job_id] = job
+        if time.monotonic() > deadline:
+            pytest.fail(f"{len(job_ids) - len(done)} of {len(job_ids)} jobs did not finish")
+        time.sleep(0.2)
+    return done
+
+
+def test_fifty_documents_through_api_relay_and_two_workers(
+    make_topology: Callable[..., Topology],
+    machine_redis: tuple[str, str],
+    pgvector_db: Database,
+    tmp_path: Path,
+) -> None:
+    broker_url, cache_url = machine_redis
+    topology = make_topology(broker_url, cache_url)
+    topology.migrate()
+    topology.start(workers=2, concurrency=1)
+    files = write_corpus(tmp_path / "corpus", 50)
+
+    with httpx.Client(base_url=topology.url, timeout=60) as client:
+        began = time.perf_counter()
+        accepted = [upload(client, path) for path in files]
+        job_ids = [body["jobId"] for body, _ in accepted]
+        assert len(set(job_ids)) == 50
+        jobs = wait_terminal(client, job_ids, timeout=600)
+        wall = time.perf_counter() - began
+        assert {job["status"] for job in jobs.values()} == {"completed"}, [
+            (job["fileName"], job["error"]) for job in jobs.values() if job["error"]
+        ]
+        assert all(job["processedChunks"] == job["totalChunks"] > 0 for job in jobs.values())
+
+        # each job ran to completion exactly once, and both workers took a share
+        completions: Counter[str] = Counter()
+        per_worker = []
+        for worker in topology.by_role("worker"):
+            found = COMPLETED_LINE.findall(worker.log())
+            completions.update(found)
+            per_worker.append(len(found))
+        assert set(completions) == set(job_ids)
+        assert max(completions.values()) == 1
+        assert all(count > 0 for count in per_worker), per_worker
+
+        # search over HTTP finds a document by its own tag word
+        dataset = next(d for d in client.get("/datasets").json()["items"] if d["isDefault"])
+        hits = client.post(
+            f"/datasets/{dataset['id']}/search", json={"query": "tag007", "mode": "keyword"}
+        ).json()["results"]
+        assert hits
+        assert {hit["fileName"] for hit in hits} == {"doc007.html"}
+
+    # exactly-once effects in the database: chunk rows = totalChunks, no duplicate ordinal,
+    # one vector row per chunk, all active
+    with pgvector_db.read() as conn:
+        per_document = dict(
+            conn.execute(
+                text(
+                    "SELECT c.document_id, count(*) FROM chunks c JOIN documents d "
+                    "ON d.id = c.document_id AND d.active_generation = c.generation "
+                    "GROUP BY c.document_id"
+                )
+            ).all()
+        )
+        duplicates = conn.execute(
+            text(
+                "SELECT document_id, generation, ordinal FROM chunks "
+                "GROUP BY document_id, generation, ordinal HAVING count(*) > 1"
+            )
+        ).all()
+        all_chunks = conn.execute(text("SELECT count(*) FROM chunks")).scalar_one()
+        vectors = conn.execute(
+            text("SELECT count(*), count(*) FILTER (WHERE active) FROM chunk_vectors_384")
+        ).one()
+    assert duplicates == []
+    assert {job["documentId"]: job["totalChunks"] for job in jobs.values()} == per_document
+    assert all_chunks == sum(per_document.values())
+    assert tuple(vectors) == (all_chunks, all_chunks)
+
+    accept_ms = sorted(elapsed * 1000 for _, elapsed in accepted)
+    print(
+        f"\nscale-out, 2 workers: 50 documents, {all_chunks} chunks in {wall:.1f} s = "
+        f"{50 / wall:.2f} docs/s; accept p50 {statistics.median(accept_ms):.0f} ms, "
+        f"max {accept_ms[-1]:.0f} ms"
+    )
+
+
+def test_flushing_the_cache_leaves_jobs_intact_and_known_text_costs_no_model_call(
+    make_topology: Callable[..., Topology],
+    machine_redis: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    broker_url, cache_url = machine_redis
+    topology = make_topology(broker_url, cache_url)
+    topology.migrate()
+    topology.start(workers=1, concurrency=1)
+    first, second = write_corpus(tmp_path / "corpus", 2)
+    cache = redis.Redis.from_url(cache_url)
+    with httpx.Client(base_url=topology.url, timeout=60) as client:
+        body, _ = upload(client, first)
+        (job,) = wait_terminal(client, [body["jobId"]], timeout=300).values()
+        assert job["status"] == "completed"
+        keys = cache.keys("kops:emb:v1:*")
+        assert len(keys) >= job["totalChunks"]  # the chunks (and nothing of the job) live here
+
+        # reindexing known text: every vector comes from the cache
+        reindex = client.post(f"/docs/documents/{job['documentId']}/reindex")
+        assert reindex.status_code == 202, reindex.text
+        (again,) = wait_terminal(client, [reindex.json()["jobId"]], timeout=300).values()
+        assert again["status"] == "completed"
+        assert "cache: 0 texts embedded" in topology.by_role("worker")[0].log()
+
+        cache.flushdb()  # the cache's own database: jobs and the broker's queue are untouched
+        listed = client.get("/docs/jobs").json()
+        assert listed["total"] == 2
+        assert {item["status"] for item in listed["items"]} == {"completed"}
+        assert redis.Redis.from_url(broker_url).exists("_kombu.binding.kops.jobs")
+        body, _ = upload(client, second)  # and work goes on, refilling the cache
+        (job,) = wait_terminal(client, [body["jobId"]], timeout=300).values()
+        assert job["status"] == "completed"
+        assert cache.keys("kops:emb:v1:*")
+    cache.close()
+
+
+def test_an_upload_while_the_broker_is_down_is_accepted_and_runs_when_it_is_back(
+    make_topology: Callable[..., Topology],
+    own_redis: LocalRedis,
+    pgvector_db: Database,
+    tmp_path: Path,
+) -> None:
+    topology = make_topology(own_redis.url(0), own_redis.url(1))
+    topology.migrate()
+    topology.start(workers=1, concurrency=1)
+    files = write_corpus(tmp_path / "corpus", 3)
+
+    own_redis.stop()
+    with httpx.Client(base_url=topology.url, timeout=60) as client:
+        accepted = [upload(client, path) for path in files]
+        assert all(elapsed < 2.0 for _, elapsed in accepted)
+        job_ids = [body["jobId"] for body, _ in accepted]
+
+        def publish_failed() -> bool:
+            with pgvector_db.read() as conn:
+                failed = conn.execute(
+                    text(
+                        "SELECT count(*) FROM outbox WHERE published_at IS NULL "
+                        "AND publish_attempts > 0"
+                    )
+                ).scalar_one()
+            return bool(failed)
+
+        deadline = time.monotonic() + 60
+        while not publish_failed():  # the relay tried, the outbox kept the rows
+            assert time.monotonic() < deadline, "the relay never tried to publish"
+            time.sleep(0.2)
+        assert {client.get(f"/docs/jobs/{j}").json()["status"] for j in job_ids} == {"pending"}
+
+        own_redis.start()  # the same port: the relay and the worker reconnect
+        jobs = wait_terminal(client, job_ids, timeout=300)
+    assert {job["status"] for job in jobs.values()} == {"completed"}
