@@ -17,6 +17,7 @@ import redis
 from sqlalchemy import text
 
 from knowledgeops.db.engine import Database
+from knowledgeops.jobs.celery_dispatch import CeleryDispatcher, make_celery
 from knowledgeops.topology import LocalRedis, Topology
 from tests.scaleout.conftest import write_corpus
 
@@ -24,6 +25,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.scaleout, pytest.mark.model]
 
 TERMINAL = {"completed", "failed", "cancelled"}
 COMPLETED_LINE = re.compile(r"job ([0-9a-f-]{36}): completed")
+STARTED_LINE = re.compile(r"job ([0-9a-f-]{36}): attempt \d+ started")
 
 
 def upload(client: httpx.Client, path: Path) -> tuple[dict[str, Any], float]:
@@ -69,6 +71,13 @@ def test_fifty_documents_through_api_relay_and_two_workers(
         accepted = [upload(client, path) for path in files]
         job_ids = [body["jobId"] for body, _ in accepted]
         assert len(set(job_ids)) == 50
+        # every job id delivered twice: the relay's message and a duplicate, so that both
+        # workers are handed the same jobs
+        duplicates = CeleryDispatcher(
+            make_celery(broker_url, job_time_limit_s=600, visibility_timeout_s=1800)
+        )
+        for job_id in job_ids:
+            duplicates.publish(job_id)
         jobs = wait_terminal(client, job_ids, timeout=600)
         wall = time.perf_counter() - began
         assert {job["status"] for job in jobs.values()} == {"completed"}, [
@@ -76,16 +85,20 @@ def test_fifty_documents_through_api_relay_and_two_workers(
         ]
         assert all(job["processedChunks"] == job["totalChunks"] > 0 for job in jobs.values())
 
-        # each job ran to completion exactly once, and both workers took a share
+        # each job was started and completed exactly once, and both workers took a share
         completions: Counter[str] = Counter()
+        starts: Counter[str] = Counter()
         per_worker = []
         for worker in topology.by_role("worker"):
-            found = COMPLETED_LINE.findall(worker.log())
+            log = worker.log()
+            found = COMPLETED_LINE.findall(log)
             completions.update(found)
+            starts.update(STARTED_LINE.findall(log))
             per_worker.append(len(found))
-        assert set(completions) == set(job_ids)
-        assert max(completions.values()) == 1
+        assert set(completions) == set(starts) == set(job_ids)
+        assert max(completions.values()) == max(starts.values()) == 1
         assert all(count > 0 for count in per_worker), per_worker
+        assert all(job["attempt"] == 1 for job in jobs.values())
 
         # search over HTTP finds a document by its own tag word
         dataset = next(d for d in client.get("/datasets").json()["items"] if d["isDefault"])
@@ -201,5 +214,32 @@ def test_an_upload_while_the_broker_is_down_is_accepted_and_runs_when_it_is_back
         assert {client.get(f"/docs/jobs/{j}").json()["status"] for j in job_ids} == {"pending"}
 
         own_redis.start()  # the same port: the relay and the worker reconnect
+        jobs = wait_terminal(client, job_ids, timeout=300)
+    assert {job["status"] for job in jobs.values()} == {"completed"}
+
+
+def test_rabbitmq_works_as_the_broker_by_url(
+    make_topology: Callable[..., Topology],
+    machine_redis: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    from kombu import Connection
+
+    amqp = "amqp://guest:guest@127.0.0.1:5672//"
+    try:
+        with Connection(amqp, connect_timeout=3) as conn:
+            conn.ensure_connection(max_retries=1)
+            conn.SimpleQueue("kops.jobs").clear()
+    except Exception as exc:
+        from tests.conftest import unavailable
+
+        unavailable(f"RabbitMQ is not reachable: {exc}")
+    _, cache_url = machine_redis
+    topology = make_topology(amqp, cache_url)
+    topology.migrate()
+    topology.start(workers=1, concurrency=1)
+    files = write_corpus(tmp_path / "corpus", 3)
+    with httpx.Client(base_url=topology.url, timeout=60) as client:
+        job_ids = [upload(client, path)[0]["jobId"] for path in files]
         jobs = wait_terminal(client, job_ids, timeout=300)
     assert {job["status"] for job in jobs.values()} == {"completed"}

@@ -18,7 +18,6 @@ registers the task that calls the shared `run_job`.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from celery import Celery
 from kombu.connection import Connection
@@ -102,7 +101,3 @@ class CeleryDispatcher:
             self.app.send_task(TASK_NAME, args=[job_id], queue=QUEUE, retry=False)
         except Exception as exc:
             raise PublishError(f"{type(exc).__name__}: {exc}") from exc
-
-    def close(self) -> None:
-        pool: Any = self.app.pool
-        pool.force_close_all()
