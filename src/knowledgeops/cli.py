@@ -336,6 +336,36 @@ def bench_embedded(
         raise typer.Exit(1)
 
 
+@bench_app.command("scaleout")
+def bench_scaleout(
+    corpus: Annotated[Path, typer.Option(help="Folder of documents to ingest.", exists=True)],
+    workers: Annotated[
+        str, typer.Option(help="Worker process counts to compare, comma-separated.")
+    ] = "1,2",
+    out: Annotated[Path | None, typer.Option(help="Write the figures as JSON here.")] = None,
+) -> None:
+    """Start the scale-out topology (own PostgreSQL + Redis) per worker count, upload the
+    corpus over HTTP, follow it to the end, and compare."""
+    import json
+    from dataclasses import asdict
+
+    from knowledgeops import bench_scaleout
+
+    try:
+        counts = [int(part) for part in workers.split(",") if part.strip()]
+    except ValueError:
+        raise _fail(f"--workers: expected numbers like 1,2 (got {workers!r})") from None
+    if not counts or min(counts) < 1:
+        raise _fail("--workers: give at least one count of 1 or more")
+    results = bench_scaleout.run_scaleout(corpus, worker_counts=counts)
+    console.print(escape(bench_scaleout.render(results)), highlight=False)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    if any(r.failed for r in results):
+        raise typer.Exit(1)
+
+
 from knowledgeops import cli_scaleout  # noqa: E402  (registers after the embedded commands)
 
 cli_scaleout.register(app)

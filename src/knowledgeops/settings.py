@@ -60,7 +60,9 @@ class Settings(BaseSettings):
     backoff_base_s: float = Field(2.0, gt=0)  # s: first retry waits up to this
     backoff_max_s: float = Field(300.0, gt=0)  # s: no retry waits longer
     relay_interval_s: float = Field(1.0, gt=0)  # s: how often the relay scans
-    republish_after_s: float = Field(300.0, gt=0)  # s: re-publish a pending job nobody claimed
+    republish_after_s: float = Field(
+        60.0, gt=0
+    )  # s: re-publish a runnable job nobody claimed, once the broker queue is empty
     shutdown_grace_s: float = Field(
         15.0, ge=0
     )  # s: running jobs get this long to reach a batch end

@@ -29,6 +29,7 @@ AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
 class Harness:
     publish: Callable[[str], None]
     receive: Callable[[float], str | None]
+    backlog: Callable[[], int | None]
 
 
 def _celery(url: str) -> Iterator[Harness]:
@@ -54,7 +55,7 @@ def _celery(url: str) -> Iterator[Harness]:
         (job_id,) = args
         return str(job_id)
 
-    yield Harness(dispatcher.publish, receive)
+    yield Harness(dispatcher.publish, receive, dispatcher.backlog)
     queue.clear()
     queue.close()
     conn.release()
@@ -64,7 +65,7 @@ def _celery(url: str) -> Iterator[Harness]:
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
     if request.param == "inprocess":
         queue = InProcessQueue()
-        yield Harness(queue.publish, queue.get)
+        yield Harness(queue.publish, queue.get, queue.backlog)
     elif request.param == "celery-redis":
         yield from _celery(REDIS_URL)
     else:
@@ -89,6 +90,31 @@ def test_messages_published_before_anyone_listens_are_all_delivered(harness: Har
         if got is not None:
             received.add(got)
     assert received == job_ids
+
+
+def test_the_backlog_counts_messages_waiting_for_a_worker(harness: Harness) -> None:
+    """The relay re-publishes unclaimed jobs only when nothing waits in the broker."""
+
+    def settles_at(expected: int) -> bool:
+        deadline = time.monotonic() + 10
+        while harness.backlog() != expected:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    assert settles_at(0)
+    for _ in range(3):
+        harness.publish(str(uuid.uuid4()))
+    assert settles_at(3)
+    for _ in range(3):
+        assert harness.receive(10) is not None
+    assert settles_at(0)
+
+
+def test_an_unreachable_broker_has_no_known_backlog() -> None:
+    app = make_celery("redis://127.0.0.1:1/0", job_time_limit_s=60, visibility_timeout_s=300)
+    assert CeleryDispatcher(app).backlog() is None
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -329,6 +330,58 @@ def test_failed_publish_keeps_the_row(harness: Harness) -> None:
     harness.store.mark_publish_failed(item.id, "ConnectionError: broker down")
     (again,) = harness.store.due_outbox(now=T0, limit=10)
     assert (again.id, again.job_id, again.publish_attempts) == (item.id, job.id, 1)
+
+
+def test_publish_outbox_publishes_in_order_and_marks_rows(harness: Harness) -> None:
+    jobs = [harness.new_job() for _ in range(5)]
+    sent: list[str] = []
+    assert harness.store.publish_outbox(now=T0, limit=3, publish=sent.append) == (3, None)
+    assert harness.store.publish_outbox(now=T0, limit=3, publish=sent.append) == (2, None)
+    assert sent == [job.id for job in jobs]
+    assert harness.store.publish_outbox(now=T0, limit=3, publish=sent.append) == (0, None)
+    assert harness.store.due_outbox(now=T0, limit=10) == []
+
+
+def test_publish_outbox_stops_at_a_broker_failure_and_keeps_the_rest(harness: Harness) -> None:
+    jobs = [harness.new_job() for _ in range(3)]
+    sent: list[str] = []
+
+    def flaky(job_id: str) -> None:
+        if len(sent) == 1:
+            raise ConnectionError("broker down")
+        sent.append(job_id)
+
+    published, error = harness.store.publish_outbox(now=T0, limit=10, publish=flaky)
+    assert (published, error) == (1, "ConnectionError: broker down")
+    due = harness.store.due_outbox(now=T0, limit=10)
+    assert [item.job_id for item in due] == [jobs[1].id, jobs[2].id]
+    assert [item.publish_attempts for item in due] == [1, 0]
+
+
+def test_two_relays_publishing_at_once_never_send_a_row_twice(harness: Harness) -> None:
+    jobs = [harness.new_job() for _ in range(40)]
+    sent: list[str] = []
+    lock = threading.Lock()
+    first_inside = threading.Event()
+
+    def slow(job_id: str) -> None:
+        first_inside.set()
+        with lock:
+            sent.append(job_id)
+        time.sleep(0.005)
+
+    def relay() -> None:
+        harness.store.publish_outbox(now=T0, limit=15, publish=slow)
+
+    threads = [threading.Thread(target=relay) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    while harness.store.publish_outbox(now=T0, limit=15, publish=slow)[0]:
+        pass
+    assert first_inside.is_set()
+    assert sorted(sent) == sorted(job.id for job in jobs)  # each once, none lost
 
 
 def test_listener_sees_every_transition(harness: Harness) -> None:

@@ -90,6 +90,14 @@ def check_broker(app: Celery, timeout_s: float = SOCKET_TIMEOUT_S) -> None:
         raise ConnectionError(f"cannot reach the broker at {masked(url)}: {exc}") from None
 
 
+def _queue_missing(exc: BaseException) -> bool:
+    """A passive declare of a queue that does not exist: RabbitMQ answers 404 NOT_FOUND, and
+    kombu's Redis transport raises the same channel error (an empty queue has no Redis key)."""
+    from amqp.exceptions import ChannelError, NotFound
+
+    return isinstance(exc, NotFound) or (isinstance(exc, ChannelError) and "NOT_FOUND" in str(exc))
+
+
 class CeleryDispatcher:
     """Publishes job ids as `kops.run_job` tasks; any broker error is a PublishError."""
 
@@ -101,3 +109,16 @@ class CeleryDispatcher:
             self.app.send_task(TASK_NAME, args=[job_id], queue=QUEUE, retry=False)
         except Exception as exc:
             raise PublishError(f"{type(exc).__name__}: {exc}") from exc
+
+    def backlog(self) -> int | None:
+        """Messages in the jobs queue (not counting those workers are running)."""
+        try:
+            with self.app.connection_for_read() as conn:
+                conn.ensure_connection(max_retries=1, timeout=SOCKET_TIMEOUT_S)
+                declared = conn.default_channel.queue_declare(queue=QUEUE, passive=True)
+                return int(declared.message_count)
+        except Exception as exc:
+            if _queue_missing(exc):  # no queue yet: nothing waits
+                return 0
+            log.debug("broker backlog unknown: %s", exc)  # the broker is down
+            return None

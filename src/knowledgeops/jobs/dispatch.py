@@ -17,3 +17,7 @@ class Dispatcher(Protocol):
     def publish(self, job_id: str) -> None:
         """Hand `job_id` to the broker, or raise PublishError."""
         ...
+
+    def backlog(self) -> int | None:
+        """Messages waiting in the broker for a worker, or None when it cannot tell now."""
+        ...

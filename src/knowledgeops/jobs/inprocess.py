@@ -42,5 +42,9 @@ class InProcessQueue:
         for _ in range(waiters):
             self._queue.put(None)
 
+    def backlog(self) -> int:
+        with self._lock:
+            return len(self._waiting)
+
     def __len__(self) -> int:
         return self._queue.qsize()

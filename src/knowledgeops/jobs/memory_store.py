@@ -41,6 +41,7 @@ class MemoryJobStore:
         self.outbox: list[_OutboxRow] = []
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
+        self._publishing = threading.Lock()
 
     # --- helpers --------------------------------------------------------------------------------
     def _add_outbox(self, job_id: str, now: datetime, available_at: datetime) -> None:
@@ -311,6 +312,24 @@ class MemoryJobStore:
                 if row.id == item_id:
                     row.publish_attempts += 1
                     row.last_error = error[:2000]
+
+    def publish_outbox(
+        self, *, now: datetime, limit: int, publish: Callable[[str], None]
+    ) -> tuple[int, str | None]:
+        with self._publishing:  # like the rows a SQL relay holds while it publishes
+            due = self.due_outbox(now=now, limit=limit)
+            published: list[int] = []
+            for item in due:
+                try:
+                    publish(item.job_id)
+                except Exception as exc:
+                    error = f"{type(exc).__name__}: {exc}"
+                    self.mark_publish_failed(item.id, error)
+                    self.mark_published(published, now=now)
+                    return len(published), error
+                published.append(item.id)
+            self.mark_published(published, now=now)
+            return len(published), None
 
     def requeue_unclaimed(self, *, published_before: datetime, now: datetime) -> int:
         with self._lock:

@@ -61,9 +61,11 @@ class Relay:
     def run_once(self) -> RelayPass:
         now = self.clock()
         rescued = self.rescue(stale_before=now - self.stale_after)
-        requeued = self.store.requeue_unclaimed(
-            published_before=now - self.republish_after, now=now
-        )
+        requeued = 0
+        if not self._broker_busy():
+            requeued = self.store.requeue_unclaimed(
+                published_before=now - self.republish_after, now=now
+            )
         published, failed = self.publish_due()
         self.store.prune_outbox(published_before=now - PRUNE_AFTER)
         return RelayPass(len(rescued), requeued, published, failed)
@@ -88,20 +90,30 @@ class Relay:
             log.warning("job %s: worker lost; now %s", job.id, job.status)
         return rescued
 
+    def _broker_busy(self) -> bool:
+        """Messages still wait in the broker. A runnable job nobody claimed may have its message
+        among them, so re-publishing now would only pile up copies; once the queue is empty, an
+        unclaimed job's message was lost (a broker restarted without persistence) and it is
+        published again."""
+        try:
+            waiting = self.dispatcher.backlog()
+        except Exception:
+            waiting = None
+        return waiting is not None and waiting > 0
+
     def publish_due(self) -> tuple[int, int]:
-        published: list[int] = []
-        failed = 0
-        for item in self.store.due_outbox(now=self.clock(), limit=PUBLISH_BATCH):
-            try:
-                self.dispatcher.publish(item.job_id)
-            except Exception as exc:  # the broker is down: keep the row, try next pass
-                failed += 1
-                log.warning("job %s: publish failed: %s", item.job_id, exc)
-                self.store.mark_publish_failed(item.id, f"{type(exc).__name__}: {exc}")
-                break
-            published.append(item.id)
-        self.store.mark_published(published, now=self.clock())
-        return len(published), failed
+        """Publish due outbox rows, a batch at a time, until none is due or the broker fails."""
+        total = 0
+        while True:
+            published, error = self.store.publish_outbox(
+                now=self.clock(), limit=PUBLISH_BATCH, publish=self.dispatcher.publish
+            )
+            total += published
+            if error is not None:  # the broker is down: the rows stay, the next pass tries
+                log.warning("publishing to the broker failed: %s", error)
+                return total, 1
+            if published < PUBLISH_BATCH:
+                return total, 0
 
     def recover_after_restart(self) -> RelayPass:
         """Embedded start-up only (this process holds the data folder's lock, so no other worker

@@ -380,6 +380,40 @@ class SqlJobStore:
                 .values(publish_attempts=O.c.publish_attempts + 1, last_error=error[:2000])
             )
 
+    def publish_outbox(
+        self, *, now: datetime, limit: int, publish: Callable[[str], None]
+    ) -> tuple[int, str | None]:
+        due = (
+            select(O.c.id, O.c.job_id)
+            .where(O.c.published_at.is_(None), O.c.available_at <= now)
+            .order_by(O.c.id)
+            .limit(limit)
+        )
+        if not self.db.is_sqlite:  # SQLite's BEGIN IMMEDIATE already lets one writer in
+            due = due.with_for_update(skip_locked=True)
+        published: list[int] = []
+        error: str | None = None
+        with self.db.write() as conn:
+            for item_id, job_id in conn.execute(due).all():
+                try:
+                    publish(job_id)
+                except Exception as exc:  # the broker refused: keep the row for the next pass
+                    error = f"{type(exc).__name__}: {exc}"
+                    conn.execute(
+                        update(O)
+                        .where(O.c.id == item_id)
+                        .values(publish_attempts=O.c.publish_attempts + 1, last_error=error[:2000])
+                    )
+                    break
+                published.append(item_id)
+            if published:
+                conn.execute(
+                    update(O)
+                    .where(O.c.id.in_(published))
+                    .values(published_at=now, publish_attempts=O.c.publish_attempts + 1)
+                )
+        return len(published), error
+
     def requeue_unclaimed(self, *, published_before: datetime, now: datetime) -> int:
         recent = exists().where(
             O.c.job_id == J.c.id,

@@ -117,6 +117,15 @@ class JobStore(Protocol):
 
     def mark_publish_failed(self, item_id: int, error: str) -> None: ...
 
+    def publish_outbox(
+        self, *, now: datetime, limit: int, publish: Callable[[str], None]
+    ) -> tuple[int, str | None]:
+        """Hand due outbox rows to `publish` in id order and mark them published, all in one
+        transaction that holds the rows (FOR UPDATE SKIP LOCKED on PostgreSQL), so that two
+        relays never publish the same row. Stops at the first failure, which is recorded on its
+        row; returns (rows published, the failure's message or None)."""
+        ...
+
     def requeue_unclaimed(self, *, published_before: datetime, now: datetime) -> int:
         """A new outbox row for each runnable job whose last publish is older than the cutoff."""
         ...

@@ -28,6 +28,9 @@ class FlakyBroker:
         self.published.append(job_id)
         self.queue.publish(job_id)
 
+    def backlog(self) -> int | None:
+        return None if self.down else self.queue.backlog()
+
 
 @pytest.fixture
 def clock() -> Clock:
@@ -103,6 +106,7 @@ def test_backlog_is_not_failure_but_forgotten_jobs_are_offered_again(
     relay = make_relay(store, broker, clock)
     job = add_job(store, clock)
     relay.run_once()
+    assert broker.queue.get(timeout=0.1) == job.id  # delivered, then lost before any claim
     clock.advance(299)
     assert relay.run_once().requeued == 0
     clock.advance(2)
@@ -172,3 +176,22 @@ def test_waking_the_queue_releases_a_blocked_worker_at_once() -> None:
     thread.join(timeout=5)
     assert not thread.is_alive()
     assert got == [None]
+
+
+def test_unclaimed_jobs_are_published_again_only_once_the_broker_queue_is_empty(
+    store: MemoryJobStore, clock: Clock
+) -> None:
+    """While messages wait in the broker an unclaimed job's message may be among them; copies
+    would only pile up. An empty queue with a job still unclaimed means its message was lost."""
+    broker = FlakyBroker()
+    relay = make_relay(store, broker, clock)
+    job = add_job(store, clock)
+    assert relay.run_once().published == 1
+    clock.advance(301)
+    assert relay.run_once().requeued == 0  # its message still waits in the queue
+    assert broker.published == [job.id]
+    assert broker.queue.get(timeout=0.1) == job.id  # a worker took it, then died before claiming
+    clock.advance(301)
+    result = relay.run_once()
+    assert (result.requeued, result.published) == (1, 1)
+    assert broker.published == [job.id, job.id]
