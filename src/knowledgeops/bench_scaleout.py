@@ -29,6 +29,7 @@ def run_scaleout(
     if not files:
         raise SystemExit(f"no documents in {corpus}")
     root = Path(tempfile.mkdtemp(prefix="kops-bench-scaleout-"))
+    root.chmod(0o755)  # PostgreSQL runs as `postgres` when we are root
     postgres = LocalPostgres(root / "pg", free_port(), durable=False)
     redis_server = LocalRedis(root / "redis")
     redis_server.root.mkdir(parents=True)

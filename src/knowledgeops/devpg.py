@@ -117,11 +117,23 @@ class LocalPostgres:
     def initialised(self) -> bool:
         return (self.pgdata / "PG_VERSION").exists()
 
+    def _check_reachable(self) -> None:
+        """As root the server runs as `postgres`, which must be able to walk down to the data."""
+        if self._user() is None:
+            return
+        for folder in self.root.resolve().parents:
+            if not folder.stat().st_mode & 0o001:
+                raise LocalPostgresError(
+                    f"the postgres user cannot enter {folder}, above {self.root}; "
+                    f"choose another folder or run: chmod o+x {folder}"
+                )
+
     def init(self) -> None:
         if self.initialised():
             return
         self.root.mkdir(parents=True, exist_ok=True)
         self.root.chmod(0o755)
+        self._check_reachable()
         self.pgdata.mkdir(mode=0o700, exist_ok=True)
         self._own(self.root)
         self._own(self.pgdata)

@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from datetime import datetime
 
@@ -90,8 +91,9 @@ def retry_policy(settings: Settings) -> RetryPolicy:
     return RetryPolicy(settings.backoff_base_s, settings.backoff_max_s)
 
 
-class Services:
-    """The use cases the API and the CLI share, over one database and one file store."""
+class Services(ABC):
+    """The use cases the API and the CLI share, over one database and one file store; each
+    process role says how it starts, stops and reports readiness."""
 
     def __init__(
         self,
@@ -133,17 +135,19 @@ class Services:
         )
         self.search = Search(self.db, self.datasets, self.index, self.embedder)
 
+    @abstractmethod
     def notify(self) -> None:
-        """Called after a transaction wrote an outbox row (the embedded relay wakes up)."""
+        """Called after a transaction wrote an outbox row."""
 
-    def start(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def start(self) -> None: ...
 
-    def stop(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def stop(self) -> None: ...
 
+    @abstractmethod
     def readiness(self) -> dict[str, object]:
-        raise NotImplementedError
+        """What /readyz reports; `ready` says whether the process can serve."""
 
     def _database_check(self) -> str:
         try:
@@ -271,6 +275,9 @@ class Embedded(Services):
 class ApiRuntime(Services):
     """`kops api`: the use cases behind HTTP. Uploads commit their job with its outbox row; the
     relay (another process) publishes them, so an upload is accepted while the broker is down."""
+
+    def notify(self) -> None:
+        """Nothing to do: the relay, another process, scans the outbox every interval."""
 
     def start(self) -> None:
         from knowledgeops.preflight import check_database, check_index, check_schema

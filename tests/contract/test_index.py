@@ -10,15 +10,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sqlalchemy import insert
 
 from knowledgeops.db.engine import Database
-from knowledgeops.db.schema import datasets, documents
 from knowledgeops.ingest.embedders.hashing import HashingEmbedder
 from knowledgeops.ingest.index.base import ChunkIndex, IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.memory import MemoryIndex
 from knowledgeops.ingest.index.pgvector import PgVectorIndex
 from knowledgeops.ingest.index.sqlite import SqliteIndex
+from tests.fixtures.rows import insert_dataset, insert_document
 
 EMBED = HashingEmbedder(dimension=64)
 
@@ -37,36 +36,16 @@ class Harness:
                 yield conn
 
     def dataset(self) -> str:
-        dataset_id = str(uuid.uuid4())
-        if self.db is not None:
-            with self.db.write() as conn:
-                conn.execute(
-                    insert(datasets).values(
-                        id=dataset_id,
-                        name=dataset_id,
-                        embedding_model="hash",
-                        chunk_size=64,
-                        chunk_overlap=8,
-                    )
-                )
-        return dataset_id
+        if self.db is None:
+            return str(uuid.uuid4())
+        with self.db.write() as conn:
+            return insert_dataset(conn)
 
     def document(self, dataset_id: str) -> str:
-        document_id = str(uuid.uuid4())
-        if self.db is not None:
-            with self.db.write() as conn:
-                conn.execute(
-                    insert(documents).values(
-                        id=document_id,
-                        dataset_id=dataset_id,
-                        file_name="f.txt",
-                        file_size=1,
-                        content_type="text/plain",
-                        sha256=document_id,
-                        blob_key=document_id,
-                    )
-                )
-        return document_id
+        if self.db is None:
+            return str(uuid.uuid4())
+        with self.db.write() as conn:
+            return insert_document(conn, dataset_id)
 
     def write(self, dataset_id: str, document_id: str, generation: int, texts: list[str]) -> None:
         chunks = [

@@ -10,16 +10,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import select
 
 from knowledgeops.db.engine import Database
-from knowledgeops.db.schema import datasets, documents
 from knowledgeops.db.schema import outbox as outbox_table
 from knowledgeops.jobs.memory_store import MemoryJobStore
 from knowledgeops.jobs.model import Failure, Job, Lease, NewJob
 from knowledgeops.jobs.sql_store import SqlJobStore
 from knowledgeops.jobs.states import InvalidTransition, JobStatus, Stage
 from knowledgeops.jobs.store import JobNotFound, JobStore, LeaseLost
+from tests.fixtures.rows import insert_dataset, insert_document
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 BOOM = Failure("the provider timed out", "timeout", "transient", True)
@@ -53,22 +53,7 @@ class Harness:
             with self.db.write() as conn:
                 return self.new_job(max_attempts=max_attempts, key=key, at=at, tx=conn)
         conn = tx
-        conn.execute(
-            insert(datasets).values(
-                id=ds_id, name=ds_id, embedding_model="m", chunk_size=200, chunk_overlap=20
-            )
-        )
-        conn.execute(
-            insert(documents).values(
-                id=doc_id,
-                dataset_id=ds_id,
-                file_name="a.txt",
-                file_size=1,
-                content_type="text/plain",
-                sha256=doc_id,
-                blob_key=doc_id,
-            )
-        )
+        insert_document(conn, insert_dataset(conn, ds_id), doc_id)
         return self.store.add(
             NewJob(job_id, doc_id, ds_id, 1, max_attempts, idempotency_key=key),
             now=at,

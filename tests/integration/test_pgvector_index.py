@@ -3,41 +3,23 @@ results for a small dataset inside a large table, and a clear error where pgvect
 
 from __future__ import annotations
 
-import uuid
-
 import numpy as np
 import pytest
-from sqlalchemy import insert, text
+from sqlalchemy import text
 
 from knowledgeops.db.engine import Database
-from knowledgeops.db.schema import datasets, documents
 from knowledgeops.ingest.index.base import IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.pgvector import PgVectorIndex, PgVectorMissing
+from tests.fixtures.rows import insert_dataset, insert_document
 
 pytestmark = pytest.mark.postgres
 DIM = 16
 
 
 def _dataset_with_document(db: Database) -> tuple[str, str]:
-    dataset_id, document_id = str(uuid.uuid4()), str(uuid.uuid4())
     with db.write() as conn:
-        conn.execute(
-            insert(datasets).values(
-                id=dataset_id, name=dataset_id, embedding_model="m", chunk_size=64, chunk_overlap=8
-            )
-        )
-        conn.execute(
-            insert(documents).values(
-                id=document_id,
-                dataset_id=dataset_id,
-                file_name="f.txt",
-                file_size=1,
-                content_type="text/plain",
-                sha256=document_id,
-                blob_key=document_id,
-            )
-        )
-    return dataset_id, document_id
+        dataset_id = insert_dataset(conn)
+        return dataset_id, insert_document(conn, dataset_id)
 
 
 def _fill(index: PgVectorIndex, db: Database, count: int, rng: np.random.Generator) -> str:

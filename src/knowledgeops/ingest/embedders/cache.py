@@ -154,7 +154,9 @@ class SqlEmbeddingCache:
             from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
             return sqlite_insert(embedding_cache)
-        raise NotImplementedError(f"no embedding cache for the {self.db.dialect} dialect")
+        raise ValueError(
+            f"the embedding cache supports SQLite and PostgreSQL, not {self.db.dialect}"
+        )
 
 
 class _Throttle:

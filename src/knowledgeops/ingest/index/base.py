@@ -36,6 +36,23 @@ class IndexedChunk:
     vector: npt.NDArray[np.float32]
 
 
+def chunk_row(chunk: IndexedChunk) -> dict[str, Any]:
+    """The `chunks` table row of an indexed chunk (its vector goes to the engine's own table)."""
+    return {
+        "id": chunk.id,
+        "document_id": chunk.document_id,
+        "dataset_id": chunk.dataset_id,
+        "generation": chunk.generation,
+        "ordinal": chunk.ordinal,
+        "text": chunk.text,
+        "content_hash": chunk.content_hash,
+        "token_count": chunk.token_count,
+        "page_start": chunk.page_start,
+        "page_end": chunk.page_end,
+        "section": chunk.section,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class Hit:
     chunk_id: str

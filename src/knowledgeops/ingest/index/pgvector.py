@@ -26,7 +26,13 @@ from sqlalchemy.exc import DBAPIError
 
 from knowledgeops.db.engine import Database
 from knowledgeops.db.schema import chunks, documents
-from knowledgeops.ingest.index.base import Hit, IndexedChunk, query_terms, spaced_cjk
+from knowledgeops.ingest.index.base import (
+    Hit,
+    IndexedChunk,
+    chunk_row,
+    query_terms,
+    spaced_cjk,
+)
 
 HNSW_MIN_EF_SEARCH = 40  # pgvector's default
 HNSW_MAX_EF_SEARCH = 1000  # pgvector's limit
@@ -98,24 +104,7 @@ class PgVectorIndex:
         if not rows:
             return
         conn: Connection = tx
-        statement = pg_insert(chunks).values(
-            [
-                {
-                    "id": chunk.id,
-                    "document_id": chunk.document_id,
-                    "dataset_id": chunk.dataset_id,
-                    "generation": chunk.generation,
-                    "ordinal": chunk.ordinal,
-                    "text": chunk.text,
-                    "content_hash": chunk.content_hash,
-                    "token_count": chunk.token_count,
-                    "page_start": chunk.page_start,
-                    "page_end": chunk.page_end,
-                    "section": chunk.section,
-                }
-                for chunk in rows
-            ]
-        )
+        statement = pg_insert(chunks).values([chunk_row(chunk) for chunk in rows])
         upsert = statement.on_conflict_do_update(
             index_elements=[chunks.c.id],
             set_={

@@ -16,7 +16,13 @@ from sqlalchemy import Connection, text, update
 
 from knowledgeops.db.engine import Database
 from knowledgeops.db.schema import documents
-from knowledgeops.ingest.index.base import Hit, IndexedChunk, query_terms, spaced_cjk
+from knowledgeops.ingest.index.base import (
+    Hit,
+    IndexedChunk,
+    chunk_row,
+    query_terms,
+    spaced_cjk,
+)
 
 SQLITE_MAX_VARS = 500  # ids per IN (...) list
 VEC_MAX_K = 4096  # sqlite-vec's limit on k
@@ -58,19 +64,7 @@ class SqliteIndex:
                     "token_count = excluded.token_count, page_start = excluded.page_start, "
                     "page_end = excluded.page_end, section = excluded.section RETURNING seq"
                 ),
-                {
-                    "id": chunk.id,
-                    "document_id": chunk.document_id,
-                    "dataset_id": chunk.dataset_id,
-                    "generation": chunk.generation,
-                    "ordinal": chunk.ordinal,
-                    "text": chunk.text,
-                    "content_hash": chunk.content_hash,
-                    "token_count": chunk.token_count,
-                    "page_start": chunk.page_start,
-                    "page_end": chunk.page_end,
-                    "section": chunk.section,
-                },
+                chunk_row(chunk),
             ).scalar_one()
             self._drop_index_rows(conn, [seq])
             conn.exec_driver_sql(
