@@ -9,6 +9,7 @@ when it shuts down.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from celery import Celery
@@ -29,6 +30,7 @@ class _Process:
 
     settings: Settings | None = None
     runtime: WorkerRuntime | None = None
+    lock = threading.Lock()  # the threads pool may run the first tasks at once
 
 
 def _time_limited(limit_s: float) -> Any:
@@ -50,14 +52,16 @@ def _time_limited(limit_s: float) -> Any:
 
 def runtime() -> WorkerRuntime:
     """This process's runtime, built on first use (after the fork)."""
-    if _Process.runtime is None:
-        settings = _Process.settings
-        if settings is None:
-            raise RuntimeError("create_worker_app() was not called in this process")
-        built = WorkerRuntime(settings, handler_wrapper=_time_limited(settings.job_time_limit_s))
-        built.start()
-        _Process.runtime = built
-    return _Process.runtime
+    with _Process.lock:
+        if _Process.runtime is None:
+            settings = _Process.settings
+            if settings is None:
+                raise RuntimeError("create_worker_app() was not called in this process")
+            limited = _time_limited(settings.job_time_limit_s)
+            built = WorkerRuntime(settings, handler_wrapper=limited)
+            built.start()
+            _Process.runtime = built
+        return _Process.runtime
 
 
 def _on_process_init(**_: Any) -> None:
@@ -65,9 +69,10 @@ def _on_process_init(**_: Any) -> None:
 
 
 def _on_process_shutdown(**_: Any) -> None:
-    if _Process.runtime is not None:
-        _Process.runtime.stop()
-        _Process.runtime = None
+    with _Process.lock:
+        if _Process.runtime is not None:
+            _Process.runtime.stop()
+            _Process.runtime = None
 
 
 def create_worker_app(settings: Settings) -> Celery:

@@ -97,10 +97,9 @@ def migrate(
     """Bring the database schema up to date."""
     from knowledgeops.db.engine import Database
     from knowledgeops.db.migrate import current_revision, upgrade
-    from knowledgeops.ingest.embedders.local import DIMENSION
     from knowledgeops.lockfile import DataDirLock, DataDirLocked
     from knowledgeops.preflight import StartupError, check_database, check_index
-    from knowledgeops.runtime import make_index
+    from knowledgeops.runtime import make_index, model_dimension
 
     settings = _settings(data_dir=data_dir)
     lock = DataDirLock(settings.data_dir)
@@ -115,7 +114,9 @@ def migrate(
         before = current_revision(db.engine)
         upgrade(db.engine)
         after = current_revision(db.engine)
-        check_index(make_index(db, DIMENSION), db)  # pgvector and its tables on PostgreSQL
+        check_index(
+            make_index(db, model_dimension(settings)), db
+        )  # pgvector and its tables on PostgreSQL
     except StartupError as exc:
         raise _fail(str(exc), 2) from None
     finally:

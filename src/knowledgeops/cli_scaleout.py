@@ -42,7 +42,6 @@ def _logging(level: str) -> None:
 def _preflight(settings: Settings, role: str, *, broker: bool) -> Any:
     """Check database, schema, pgvector, cache (and broker); returns the Celery app or None."""
     from knowledgeops.db.engine import Database
-    from knowledgeops.ingest.embedders.local import DIMENSION
     from knowledgeops.preflight import (
         StartupError,
         check_broker,
@@ -53,7 +52,7 @@ def _preflight(settings: Settings, role: str, *, broker: bool) -> Any:
         require_broker,
         require_postgres,
     )
-    from knowledgeops.runtime import make_index
+    from knowledgeops.runtime import make_index, model_dimension
 
     try:
         require_postgres(settings, role)
@@ -62,7 +61,7 @@ def _preflight(settings: Settings, role: str, *, broker: bool) -> Any:
         try:
             check_database(db)
             check_schema(db)
-            check_index(make_index(db, DIMENSION), db)
+            check_index(make_index(db, model_dimension(settings)), db)
         finally:
             db.dispose()
         check_cache(settings)

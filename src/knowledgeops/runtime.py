@@ -67,6 +67,12 @@ def make_index(db: Database, dimension: int) -> Index:
     return SqliteIndex(db, dimension) if db.is_sqlite else PgVectorIndex(db, dimension)
 
 
+def model_dimension(settings: Settings) -> int:
+    """The configured model's vector size, known without loading the model (the relay and
+    `kops migrate` need it for the index tables)."""
+    return LocalMiniLM.dimension  # settings.embedder has one choice today: "local"
+
+
 def make_embedder(settings: Settings, db: Database, embedder: Embedder | None = None) -> Embedder:
     """The model (or the one given, in tests), behind the embedding cache unless it is off."""
     model: Embedder = embedder or LocalMiniLM(threads=settings.model_threads)
@@ -367,7 +373,7 @@ class RelayRuntime:
 
         self.settings = settings
         self.db = Database(settings.resolved_database_url)
-        self.index: Index = make_index(self.db, LocalMiniLM.dimension)
+        self.index: Index = make_index(self.db, model_dimension(settings))
         self.store = SqlJobStore(self.db, DocumentLifecycle(self.index))
         self.dispatcher = dispatcher
         self.relay = Relay(
