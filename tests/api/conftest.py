@@ -21,6 +21,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from knowledgeops.api.app import create_app
+from knowledgeops.db.engine import Database
 from knowledgeops.errors import JobError
 from knowledgeops.ingest.embedders.hashing import HashingEmbedder
 from knowledgeops.runtime import Embedded
@@ -130,8 +131,20 @@ class FlakyEmbedder(HashingEmbedder):
 # --- clients -------------------------------------------------------------------------------
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest) -> str | None:
+    """Every API test runs on the embedded SQLite file and on PostgreSQL with pgvector: the
+    same behaviour on both engines."""
+    if request.param == "sqlite":
+        return None
+    db: Database = request.getfixturevalue("pgvector_db")
+    return db.url
+
+
 @pytest.fixture
-def make_client(make_runtime: Callable[..., Embedded]) -> Iterator[Callable[..., TestClient]]:
+def make_client(
+    make_runtime: Callable[..., Embedded], database_url: str | None
+) -> Iterator[Callable[..., TestClient]]:
     """Build a started app (its lifespan starts the runtime) with settings overrides (and
     `embedder=`); the client carries its runtime as `client.runtime`. Gated embedders are opened
     before shutdown. `raise_server_exceptions=False` lets a test see the 500 answer."""
@@ -139,6 +152,8 @@ def make_client(make_runtime: Callable[..., Embedded]) -> Iterator[Callable[...,
     with ExitStack() as stack:
 
         def make(*, raise_server_exceptions: bool = True, **overrides: Any) -> TestClient:
+            if database_url is not None and not clients:  # a second client: its own SQLite
+                overrides.setdefault("database_url", database_url)
             runtime = make_runtime(start=False, **overrides)
             app = create_app(runtime)
             client = stack.enter_context(

@@ -7,8 +7,9 @@ in for the model; wrappers around it inject the failures.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select, text
@@ -18,6 +19,7 @@ from knowledgeops.db.schema import chunks, documents, ingest_jobs
 from knowledgeops.errors import Conflict, TransientError
 from knowledgeops.ingest.embedders.base import Vectors
 from knowledgeops.ingest.embedders.hashing import HashingEmbedder
+from knowledgeops.ingest.index.sqlite import SqliteIndex
 from knowledgeops.jobs.runner import Outcome
 from knowledgeops.jobs.states import JobStatus
 from knowledgeops.runtime import Embedded
@@ -87,11 +89,42 @@ def chunk_rows(runtime: Embedded, document_id: str) -> list[tuple[int, int]]:
 
 
 def index_rows(runtime: Embedded) -> tuple[int, int, int]:
+    """Rows in `chunks`, vector rows and keyword rows."""
+    index = runtime.index
     with runtime.db.read() as conn:
         n_chunks = conn.scalar(select(func.count()).select_from(chunks))
-        n_vec = conn.execute(text(f"SELECT count(*) FROM {runtime.index.vec}")).scalar_one()
-        n_fts = conn.execute(text(f"SELECT count(*) FROM {runtime.index.fts}")).scalar_one()
-    return int(n_chunks or 0), int(n_vec), int(n_fts)
+        if isinstance(index, SqliteIndex):
+            n_vec = conn.execute(text(f"SELECT count(*) FROM {index.vec}")).scalar_one()
+            n_words = conn.execute(text(f"SELECT count(*) FROM {index.fts}")).scalar_one()
+        else:
+            n_vec, n_words = conn.execute(
+                text(f"SELECT count(*), count(words) FROM {index.table}")
+            ).one()
+    return int(n_chunks or 0), int(n_vec), int(n_words)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def make_runtime(
+    make_runtime: Callable[..., Embedded], request: pytest.FixtureRequest
+) -> Iterator[Callable[..., Embedded]]:
+    """Each test on the SQLite file and on PostgreSQL with pgvector (one database per test)."""
+    if request.param == "sqlite":
+        yield make_runtime
+        return
+    url = request.getfixturevalue("pgvector_db").url
+    made: list[Embedded] = []
+
+    def make(**overrides: Any) -> Embedded:
+        overrides.setdefault("database_url", url)
+        runtime = make_runtime(**overrides)
+        made.append(runtime)
+        return runtime
+
+    yield make
+    for runtime in made:  # stopped before the database is dropped
+        if runtime.started_at is not None:
+            runtime.stop()
+            runtime.started_at = None
 
 
 def test_a_retry_after_partial_writes_leaves_no_duplicates(
@@ -349,11 +382,15 @@ def test_vacuum_keeps_index_rows_pointing_at_their_chunks(
     gone = done(runtime, upload(runtime, tmp_path, "a.txt", long_text("ownership", 40)).id)
     keep = done(runtime, upload(runtime, tmp_path, "b.txt", long_text("borrowing", 40)).id)
     runtime.documents.delete(gone.document_id)
-    raw = runtime.db.engine.raw_connection()  # VACUUM runs outside any transaction
-    try:
-        raw.driver_connection.execute("VACUUM")  # type: ignore[union-attr]
-    finally:
-        raw.close()
+    if runtime.db.is_sqlite:
+        raw = runtime.db.engine.raw_connection()  # VACUUM runs outside any transaction
+        try:
+            raw.driver_connection.execute("VACUUM")  # type: ignore[union-attr]
+        finally:
+            raw.close()
+    else:
+        with runtime.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+            c.exec_driver_sql("VACUUM FULL")
     by_words = runtime.search.search(
         keep.dataset_id, "borrowing", top_k=50, mode=SearchMode.KEYWORD
     )
