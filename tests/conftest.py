@@ -19,6 +19,8 @@ from knowledgeops.db.engine import Database
 from knowledgeops.db.migrate import upgrade
 from knowledgeops.devpg import LocalPostgres, LocalPostgresError, free_port
 from knowledgeops.ingest.embedders.hashing import HashingEmbedder
+from knowledgeops.ingest.embedders.local import DIMENSION
+from knowledgeops.ingest.index.pgvector import PgVectorIndex
 from knowledgeops.runtime import Embedded
 from knowledgeops.settings import Settings
 
@@ -99,6 +101,9 @@ def pgvector_server() -> Iterator[LocalPostgres]:
     engine = create_engine(server.url())
     upgrade(engine)
     engine.dispose()
+    db = Database(server.url())
+    PgVectorIndex(db, DIMENSION).ensure()  # what `kops migrate` makes for the real model
+    db.dispose()
     yield server
     server.destroy()
 

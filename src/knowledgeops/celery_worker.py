@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from celery import Celery
-from celery.exceptions import SoftTimeLimitExceeded
+from celery.exceptions import Reject, SoftTimeLimitExceeded
 from celery.signals import worker_process_init, worker_process_shutdown
 
 from knowledgeops.errors import PermanentError
@@ -23,6 +24,8 @@ from knowledgeops.runtime import WorkerRuntime
 from knowledgeops.settings import Settings
 
 log = logging.getLogger(__name__)
+
+REQUEUE_PAUSE_S = 2.0  # s: before a message whose job could not be run goes back
 
 
 class _Process:
@@ -38,7 +41,9 @@ def _time_limited(limit_s: float) -> Any:
         def run(ctx: JobContext) -> None:
             try:
                 handler(ctx)
-            except SoftTimeLimitExceeded:
+            except Exception as exc:
+                if not _caused_by_time_limit(exc):
+                    raise
                 raise PermanentError(
                     f"the job ran longer than {limit_s:g} s (KOPS_JOB_TIME_LIMIT_S) "
                     "and was stopped",
@@ -48,6 +53,19 @@ def _time_limited(limit_s: float) -> Any:
         return run
 
     return wrap
+
+
+def _caused_by_time_limit(exc: BaseException) -> bool:
+    """The soft limit fires wherever the job is; a parser may have wrapped it (as a corrupt
+    file, say), so the whole chain of causes is looked at."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, SoftTimeLimitExceeded):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def runtime() -> WorkerRuntime:
@@ -86,7 +104,17 @@ def create_worker_app(settings: Settings) -> Celery:
 
     @app.task(name=TASK_NAME, ignore_result=True)  # type: ignore[untyped-decorator]
     def run_job(job_id: str) -> str:
-        return runtime().runner.run_job(job_id).value
+        try:
+            return runtime().runner.run_job(job_id).value
+        except Exception as exc:  # the database failed before the job's fate was recorded
+            log.warning(
+                "job %s: could not be run (%s: %s); its message goes back to the broker",
+                job_id,
+                type(exc).__name__,
+                exc,
+            )
+            time.sleep(REQUEUE_PAUSE_S)  # do not spin on a database that is down
+            raise Reject(requeue=True) from exc
 
     worker_process_init.connect(_on_process_init, weak=False)
     worker_process_shutdown.connect(_on_process_shutdown, weak=False)

@@ -114,9 +114,8 @@ def migrate(
         before = current_revision(db.engine)
         upgrade(db.engine)
         after = current_revision(db.engine)
-        check_index(
-            make_index(db, model_dimension(settings)), db
-        )  # pgvector and its tables on PostgreSQL
+        # on PostgreSQL: the pgvector extension, the index table and its indexes
+        check_index(make_index(db, model_dimension(settings)), db, create=True)
     except StartupError as exc:
         raise _fail(str(exc), 2) from None
     finally:

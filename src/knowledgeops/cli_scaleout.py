@@ -37,10 +37,12 @@ def _logging(level: str) -> None:
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s", force=True
     )
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # its start-up chatter
 
 
 def _preflight(settings: Settings, role: str, *, broker: bool) -> Any:
-    """Check database, schema, pgvector, cache (and broker); returns the Celery app or None."""
+    """Check database, schema, pgvector, cache (and broker); returns the Celery app or None.
+    The API only warns about the cache: it can accept uploads without it."""
     from knowledgeops.db.engine import Database
     from knowledgeops.preflight import (
         StartupError,
@@ -64,7 +66,12 @@ def _preflight(settings: Settings, role: str, *, broker: bool) -> Any:
             check_index(make_index(db, model_dimension(settings)), db)
         finally:
             db.dispose()
-        check_cache(settings)
+        try:
+            check_cache(settings)
+        except StartupError as exc:
+            if broker:
+                raise
+            log.warning("%s; searches embed their queries without the cache until it answers", exc)
         if url is None:
             return None
         from knowledgeops.jobs.celery_dispatch import make_celery
@@ -106,9 +113,11 @@ def api(
 
 def worker(
     concurrency: Annotated[int, typer.Option(min=1, help="Jobs run at once (processes).")] = 2,
-    pool: Annotated[str, typer.Option(help="Celery pool: prefork, threads or solo.")] = "prefork",
 ) -> None:
-    """Scale-out: a Celery worker that runs ingest jobs (run one per machine, or more)."""
+    """Scale-out: a Celery worker that runs ingest jobs (run one per machine, or more).
+
+    Always Celery's prefork pool: one process per job, so that the job time limit can stop a
+    job that hangs (the threads and solo pools cannot enforce it)."""
     settings = _settings()
     _logging(settings.log_level)
     _preflight(settings, "worker", broker=True)
@@ -125,7 +134,7 @@ def worker(
         [
             "worker",
             f"--concurrency={concurrency}",
-            f"--pool={pool}",
+            "--pool=prefork",
             f"--loglevel={settings.log_level}",
             f"--queues={QUEUE}",
             f"--hostname=kops-{os.getpid()}@%h",

@@ -56,11 +56,12 @@ def check_schema(db: Database) -> None:
         )
 
 
-def check_index(index: object, db: Database) -> None:
+def check_index(index: object, db: Database, *, create: bool = False) -> None:
+    """pgvector and the index tables are there (`create`: make them, as `kops migrate` does)."""
     if not isinstance(index, PgVectorIndex):
         return
     try:
-        index.ensure()
+        index.ensure() if create else index.verify()
     except PgVectorMissing as exc:
         raise StartupError(f"KOPS_DATABASE_URL ({db.safe_url}): {exc}") from None
 

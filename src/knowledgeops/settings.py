@@ -13,6 +13,7 @@ from typing import Literal, Self
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+HARD_LIMIT_GRACE_S = 30.0  # s: after a job's time limit, it gets this long before it is killed
 MODEL_MAX_TOKENS = 256  # all-MiniLM-L6-v2 reads at most 256 tokens, [CLS] and [SEP] included
 
 
@@ -96,11 +97,12 @@ class Settings(BaseSettings):
             )
         if self.backoff_max_s < self.backoff_base_s:
             raise ValueError("backoff_max_s must not be less than backoff_base_s")
-        if self.visibility_timeout_s <= self.job_time_limit_s:
+        hard_limit = self.job_time_limit_s + HARD_LIMIT_GRACE_S
+        if self.visibility_timeout_s <= hard_limit:
             raise ValueError(
                 f"broker_visibility_timeout_s {self.visibility_timeout_s:g} must be longer than "
-                f"job_time_limit_s {self.job_time_limit_s:g}; otherwise Redis hands a running job "
-                "to a second worker"
+                f"job_time_limit_s + {HARD_LIMIT_GRACE_S:g} s (the hard limit, {hard_limit:g}); "
+                "otherwise Redis hands a running job to a second worker"
             )
         _check_redis_roles(self.broker_url, self.cache_url)
         return self
@@ -141,13 +143,16 @@ class Settings(BaseSettings):
 def _check_redis_roles(broker: SecretStr | None, cache: SecretStr | None) -> None:
     """Broker and cache must not share a Redis database: flushing the cache would drop jobs'
     messages (DESIGN.md §7)."""
-    if broker is None or cache is None:
-        return
     from urllib.parse import urlsplit
 
-    b, c = urlsplit(broker.get_secret_value()), urlsplit(cache.get_secret_value())
+    if cache is None:
+        return
+    c = urlsplit(cache.get_secret_value())
     if not c.scheme.startswith("redis"):
         raise ValueError("cache_url must be a redis:// or rediss:// URL")
+    if broker is None:
+        return
+    b = urlsplit(broker.get_secret_value())
     if not b.scheme.startswith("redis"):
         return
     same_server = (b.hostname, b.port or 6379) == (c.hostname, c.port or 6379)

@@ -140,3 +140,15 @@ def test_celery_is_configured_for_at_least_once_with_the_database_as_truth() -> 
     assert conf.task_time_limit > conf.task_soft_time_limit
     assert conf.broker_transport_options["visibility_timeout"] > conf.task_time_limit
     assert conf.broker_transport_options["socket_timeout"] <= 10
+
+
+def test_rabbitmq_gets_its_own_timeouts_and_publisher_confirms() -> None:
+    """py-amqp ignores Redis' socket options: RabbitMQ needs read/write timeouts and confirms
+    (a publish counts only once the broker has the message)."""
+    options = make_celery(AMQP_URL, job_time_limit_s=60, visibility_timeout_s=300).conf[
+        "broker_transport_options"
+    ]
+    assert options["confirm_publish"] is True
+    assert options["read_timeout"] <= 10
+    assert options["write_timeout"] <= 10
+    assert "visibility_timeout" not in options

@@ -34,20 +34,35 @@ def test_a_dead_leader_session_frees_the_lock_and_the_old_leader_steps_down(
     try:
         assert leader.try_acquire()
         assert not standby.try_acquire()
+        assert leader._conn is not None
+        pid = leader._conn.info.backend_pid
         admin = create_engine(postgres_db.url)
         with admin.connect() as conn:  # the leader's connection drops, as when it is killed
-            killed = conn.execute(
-                text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE application_name = 'kops-relay-leader' AND datname = current_database()"
-                )
-            ).all()
+            killed = conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).all()
         admin.dispose()
         assert killed == [(True,)]
         assert standby.try_acquire()
         assert not leader.still_leader()
         assert not leader.is_leader
         assert not leader.try_acquire()
+    finally:
+        leader.release()
+        standby.release()
+
+
+def test_a_standby_asks_again_on_the_session_it_keeps(postgres_db: Database) -> None:
+    leader, standby = AdvisoryLeader(postgres_db.url), AdvisoryLeader(postgres_db.url)
+    try:
+        assert leader.try_acquire()
+        assert not standby.try_acquire()
+        session = standby._conn
+        assert session is not None
+        for _ in range(3):
+            assert not standby.try_acquire()
+        assert standby._conn is session  # no reconnect per try
+        leader.release()
+        assert standby.try_acquire()
+        assert standby._conn is session
     finally:
         leader.release()
         standby.release()

@@ -17,7 +17,7 @@ import redis
 from sqlalchemy import text
 
 from knowledgeops.db.engine import Database
-from knowledgeops.jobs.celery_dispatch import CeleryDispatcher, make_celery
+from knowledgeops.jobs.celery_dispatch import QUEUE, CeleryDispatcher, make_celery
 from knowledgeops.topology import LocalRedis, Topology
 from tests.scaleout.conftest import write_corpus
 
@@ -151,33 +151,47 @@ def test_flushing_the_cache_leaves_jobs_intact_and_known_text_costs_no_model_cal
     broker_url, cache_url = machine_redis
     topology = make_topology(broker_url, cache_url)
     topology.migrate()
-    topology.start(workers=1, concurrency=1)
+    topology.start_api()
+    topology.start_relay()
+    topology.wait_ready(models=0)  # no worker yet: the job's message waits in the broker
     first, second = write_corpus(tmp_path / "corpus", 2)
-    cache = redis.Redis.from_url(cache_url)
+    cache, broker = redis.Redis.from_url(cache_url), redis.Redis.from_url(broker_url)
     with httpx.Client(base_url=topology.url, timeout=60) as client:
         body, _ = upload(client, first)
+        deadline = time.monotonic() + 30
+        while broker.llen(QUEUE) != 1:
+            assert time.monotonic() < deadline, "the relay did not publish"
+            time.sleep(0.1)
+        cache.set("kops:emb:v1:unrelated", b"x")
+        cache.flushdb()  # the cache's own database: the waiting message and the job stay
+        assert broker.llen(QUEUE) == 1
+        assert client.get(f"/docs/jobs/{body['jobId']}").json()["status"] == "pending"
+
+        topology.start_worker()
+        topology.wait_ready(models=1)
         (job,) = wait_terminal(client, [body["jobId"]], timeout=300).values()
         assert job["status"] == "completed"
-        keys = cache.keys("kops:emb:v1:*")
-        assert len(keys) >= job["totalChunks"]  # the chunks (and nothing of the job) live here
+        assert len(cache.keys("kops:emb:v1:*")) >= job["totalChunks"]
 
-        # reindexing known text: every vector comes from the cache
+        # reindexing known text: every vector comes from the cache, the model is not called
         reindex = client.post(f"/docs/documents/{job['documentId']}/reindex")
         assert reindex.status_code == 202, reindex.text
         (again,) = wait_terminal(client, [reindex.json()["jobId"]], timeout=300).values()
         assert again["status"] == "completed"
-        assert "cache: 0 texts embedded" in topology.by_role("worker")[0].log()
+        worker_log = topology.by_role("worker")[0].log()
+        assert f"job {again['id']}: {again['totalChunks']} chunks; cache: 0 texts embedded" in (
+            worker_log
+        )
 
-        cache.flushdb()  # the cache's own database: jobs and the broker's queue are untouched
-        listed = client.get("/docs/jobs").json()
-        assert listed["total"] == 2
-        assert {item["status"] for item in listed["items"]} == {"completed"}
-        assert redis.Redis.from_url(broker_url).exists("_kombu.binding.kops.jobs")
-        body, _ = upload(client, second)  # and work goes on, refilling the cache
+        cache.flushdb()  # flushed again: work goes on and refills it
+        body, _ = upload(client, second)
         (job,) = wait_terminal(client, [body["jobId"]], timeout=300).values()
         assert job["status"] == "completed"
         assert cache.keys("kops:emb:v1:*")
+        listed = client.get("/docs/jobs").json()
+        assert (listed["total"], {i["status"] for i in listed["items"]}) == (3, {"completed"})
     cache.close()
+    broker.close()
 
 
 def test_an_upload_while_the_broker_is_down_is_accepted_and_runs_when_it_is_back(

@@ -6,8 +6,9 @@ the database as the truth.
 - `worker_prefetch_multiplier = 1`: a worker holds no more jobs than it runs.
 - explicit soft/hard time limits; a Redis `visibility_timeout` longer than the hard limit, so Redis
   never hands a running job to a second worker while the first still works on it.
-- short socket timeouts on the broker connection: a dead broker fails a publish in seconds, and
-  the outbox keeps the row for the next relay pass.
+- short socket timeouts on the broker connection (Redis: socket timeouts; RabbitMQ: connect,
+  read and write timeouts, and publisher confirms so that a publish counts only once the broker
+  has it): a dead broker fails a publish in seconds, and the outbox keeps the row.
 - results ignored: state lives in the database. Backoff is the database's `run_after`, never a
   Celery countdown.
 
@@ -23,12 +24,12 @@ from celery import Celery
 from kombu.connection import Connection
 
 from knowledgeops.jobs.dispatch import PublishError
+from knowledgeops.settings import HARD_LIMIT_GRACE_S
 
 log = logging.getLogger(__name__)
 
 TASK_NAME = "kops.run_job"
 QUEUE = "kops.jobs"
-HARD_LIMIT_GRACE_S = 30  # s: after the soft limit, the task gets this long before it is killed
 SOCKET_TIMEOUT_S = 5.0  # s: broker connect/read timeout
 SUPPORTED_SCHEMES = ("redis", "rediss", "amqp", "amqps", "pyamqp", "memory")
 
@@ -54,11 +55,7 @@ def make_celery(
         task_routes={TASK_NAME: {"queue": QUEUE}},
         task_serializer="json",
         accept_content=["json"],
-        broker_transport_options={
-            "visibility_timeout": int(visibility_timeout_s),
-            "socket_timeout": SOCKET_TIMEOUT_S,
-            "socket_connect_timeout": SOCKET_TIMEOUT_S,
-        },
+        broker_transport_options=_transport_options(broker_url, visibility_timeout_s),
         broker_connection_timeout=SOCKET_TIMEOUT_S,
         broker_connection_retry_on_startup=True,
         broker_heartbeat=30,
@@ -69,6 +66,21 @@ def make_celery(
         task_publish_retry=False,
     )
     return app
+
+
+def _transport_options(broker_url: str, visibility_timeout_s: float) -> dict[str, object]:
+    if scheme_of(broker_url) in ("amqp", "amqps", "pyamqp"):
+        return {
+            "confirm_publish": True,
+            "connect_timeout": SOCKET_TIMEOUT_S,
+            "read_timeout": SOCKET_TIMEOUT_S,
+            "write_timeout": SOCKET_TIMEOUT_S,
+        }
+    return {
+        "visibility_timeout": int(visibility_timeout_s),
+        "socket_timeout": SOCKET_TIMEOUT_S,
+        "socket_connect_timeout": SOCKET_TIMEOUT_S,
+    }
 
 
 def scheme_of(broker_url: str) -> str:

@@ -37,43 +37,54 @@ class AdvisoryLeader:
         self._conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
         self.key = lock_key(name)
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self._leading = False
 
     @property
     def is_leader(self) -> bool:
-        return self._conn is not None
+        return self._leading
 
     def try_acquire(self) -> bool:
-        """True when this process holds (or now took) the lock."""
-        if self._conn is not None:
+        """True when this process holds (or now took) the lock. A standby keeps its session
+        open and asks again on it, rather than reconnecting on every try."""
+        if self._leading:
             return self.still_leader()
-        conn = psycopg.connect(
-            self._conninfo,
-            autocommit=True,
-            connect_timeout=CONNECT_TIMEOUT_S,
-            keepalives=1,
-            keepalives_idle=KEEPALIVE_IDLE_S,
-            keepalives_interval=KEEPALIVE_INTERVAL_S,
-            keepalives_count=KEEPALIVE_COUNT,
-            application_name="kops-relay-leader",
-        )
         try:
-            conn.execute(f"SET tcp_keepalives_idle = {KEEPALIVE_IDLE_S}")
-            conn.execute(f"SET tcp_keepalives_interval = {KEEPALIVE_INTERVAL_S}")
-            conn.execute(f"SET tcp_keepalives_count = {KEEPALIVE_COUNT}")
+            conn = self._session()
             row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()
         except Exception:
-            conn.close()
+            self._drop()
             raise
         if row is None or not row[0]:
-            conn.close()
             return False
-        self._conn = conn
+        self._leading = True
         log.info("relay: this process is now the active relay")
         return True
 
+    def _session(self) -> psycopg.Connection[tuple[object, ...]]:
+        if self._conn is None or self._conn.closed:
+            conn = psycopg.connect(
+                self._conninfo,
+                autocommit=True,
+                connect_timeout=CONNECT_TIMEOUT_S,
+                keepalives=1,
+                keepalives_idle=KEEPALIVE_IDLE_S,
+                keepalives_interval=KEEPALIVE_INTERVAL_S,
+                keepalives_count=KEEPALIVE_COUNT,
+                application_name="kops-relay-leader",
+            )
+            try:
+                conn.execute(f"SET tcp_keepalives_idle = {KEEPALIVE_IDLE_S}")
+                conn.execute(f"SET tcp_keepalives_interval = {KEEPALIVE_INTERVAL_S}")
+                conn.execute(f"SET tcp_keepalives_count = {KEEPALIVE_COUNT}")
+            except Exception:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
     def still_leader(self) -> bool:
         """Check the session that holds the lock is alive; step down if it is not."""
-        if self._conn is None:
+        if not self._leading or self._conn is None:
             return False
         try:
             self._conn.execute("SELECT 1")
@@ -84,15 +95,15 @@ class AdvisoryLeader:
         return True
 
     def release(self) -> None:
-        if self._conn is None:
-            return
-        try:
-            self._conn.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
-        except Exception:
-            log.debug("relay: unlock failed; closing the session frees the lock", exc_info=True)
+        if self._leading and self._conn is not None:
+            try:
+                self._conn.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
+            except Exception:
+                log.debug("relay: unlock failed; closing the session frees it", exc_info=True)
         self._drop()
 
     def _drop(self) -> None:
+        self._leading = False
         conn, self._conn = self._conn, None
         if conn is not None:
             try:

@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 PUBLISH_BATCH = 200
 PRUNE_AFTER = timedelta(days=1)
+BUSY_BROKER_FACTOR = 10  # while messages wait in the broker, re-publish only after 10× as long
+BACKLOG_CHECK = timedelta(seconds=10)  # how long a look at the broker's backlog is trusted
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,8 @@ class Relay:
         self.republish_after = timedelta(seconds=republish_after_s)
         self.interval_s = interval_s
         self.clock = clock
+        self._backlog: int | None = None
+        self._backlog_at: datetime | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -61,11 +65,10 @@ class Relay:
     def run_once(self) -> RelayPass:
         now = self.clock()
         rescued = self.rescue(stale_before=now - self.stale_after)
-        requeued = 0
-        if not self._broker_busy():
-            requeued = self.store.requeue_unclaimed(
-                published_before=now - self.republish_after, now=now
-            )
+        unclaimed_for = self.republish_after
+        if self._broker_busy():
+            unclaimed_for *= BUSY_BROKER_FACTOR
+        requeued = self.store.requeue_unclaimed(published_before=now - unclaimed_for, now=now)
         published, failed = self.publish_due()
         self.store.prune_outbox(published_before=now - PRUNE_AFTER)
         return RelayPass(len(rescued), requeued, published, failed)
@@ -92,14 +95,18 @@ class Relay:
 
     def _broker_busy(self) -> bool:
         """Messages still wait in the broker. A runnable job nobody claimed may have its message
-        among them, so re-publishing now would only pile up copies; once the queue is empty, an
-        unclaimed job's message was lost (a broker restarted without persistence) and it is
-        published again."""
-        try:
-            waiting = self.dispatcher.backlog()
-        except Exception:
-            waiting = None
-        return waiting is not None and waiting > 0
+        among them, so re-publishing it soon would only pile up copies: it waits ten times as
+        long. With the queue empty, an unclaimed job's message was lost (a broker restarted
+        without persistence, a worker died before its claim) and it is published again after
+        `republish_after_s`. The broker is asked at most every BACKLOG_CHECK."""
+        now = self.clock()
+        if self._backlog_at is None or now - self._backlog_at >= BACKLOG_CHECK:
+            try:
+                self._backlog = self.dispatcher.backlog()
+            except Exception:
+                self._backlog = None
+            self._backlog_at = now
+        return self._backlog is not None and self._backlog > 0
 
     def publish_due(self) -> tuple[int, int]:
         """Publish due outbox rows, a batch at a time, until none is due or the broker fails."""

@@ -39,6 +39,9 @@ def _job(row: Row[Any]) -> Job:
     return Job(**values)
 
 
+PUBLISH_HOLD_LIMIT_S = 60  # s: PostgreSQL ends a publishing relay's transaction idle this long
+
+
 class SqlJobStore:
     def __init__(self, db: Database, listener: TransitionListener | None = None) -> None:
         self.db = db
@@ -394,6 +397,10 @@ class SqlJobStore:
         published: list[int] = []
         error: str | None = None
         with self.db.write() as conn:
+            if not self.db.is_sqlite:  # a broker that hangs must not hold the rows for long
+                conn.exec_driver_sql(
+                    f"SET LOCAL idle_in_transaction_session_timeout = '{PUBLISH_HOLD_LIMIT_S}s'"
+                )
             for item_id, job_id in conn.execute(due).all():
                 try:
                     publish(job_id)

@@ -106,6 +106,13 @@ class Documents:
         processing it finds its lease gone at its next write and stops."""
         with self.db.write() as conn:
             doc = load_document(conn, document_id)
+            # rows in the order a completing job takes them (job, chunks, document), so that a
+            # delete and a completion never wait on each other in a cycle (PostgreSQL)
+            conn.execute(
+                select(ingest_jobs.c.id)
+                .where(ingest_jobs.c.document_id == document_id)
+                .with_for_update()
+            ).all()
             self.index.delete_document(conn, document_id)
             conn.execute(documents.delete().where(documents.c.id == document_id))
             unlink_unreferenced(conn, self.blobs, {doc.sha256})  # blobs are keyed by sha256

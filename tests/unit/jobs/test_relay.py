@@ -178,20 +178,24 @@ def test_waking_the_queue_releases_a_blocked_worker_at_once() -> None:
     assert got == [None]
 
 
-def test_unclaimed_jobs_are_published_again_only_once_the_broker_queue_is_empty(
+def test_unclaimed_jobs_wait_longer_for_a_new_copy_while_the_broker_queue_is_busy(
     store: MemoryJobStore, clock: Clock
 ) -> None:
     """While messages wait in the broker an unclaimed job's message may be among them; copies
-    would only pile up. An empty queue with a job still unclaimed means its message was lost."""
+    would only pile up, so it waits ten times as long. An empty queue with a job still
+    unclaimed means its message was lost: it is published again after the normal wait."""
     broker = FlakyBroker()
     relay = make_relay(store, broker, clock)
-    job = add_job(store, clock)
-    assert relay.run_once().published == 1
+    busy, lost = add_job(store, clock), add_job(store, clock)
+    assert relay.run_once().published == 2
+    assert broker.queue.get(timeout=0.1) == busy.id  # taken by a worker that died unclaimed
     clock.advance(301)
-    assert relay.run_once().requeued == 0  # its message still waits in the queue
-    assert broker.published == [job.id]
-    assert broker.queue.get(timeout=0.1) == job.id  # a worker took it, then died before claiming
+    assert relay.run_once().requeued == 0  # `lost`'s message still waits in the queue
+    clock.advance(300 * 9)
+    result = relay.run_once()  # ten times as long: both get a new copy anyway
+    assert (result.requeued, result.published) == (2, 2)
+    while broker.queue.get(timeout=0.1) is not None:  # now the queue empties
+        pass
     clock.advance(301)
-    result = relay.run_once()
-    assert (result.requeued, result.published) == (1, 1)
-    assert broker.published == [job.id, job.id]
+    assert relay.run_once().requeued == 2  # empty queue, still unclaimed: the normal wait
+    assert broker.published.count(busy.id) == broker.published.count(lost.id) == 3

@@ -138,7 +138,7 @@ class SqlEmbeddingCache:
         now = utcnow()
         rows = [
             {"model_id": ns, "text_hash": h, "vector": to_bytes(v), "created_at": now}
-            for h, v in vectors.items()
+            for h, v in sorted(vectors.items())  # one key order: no deadlock between writers
         ]
         statement = self._insert().on_conflict_do_nothing(index_elements=["model_id", "text_hash"])
         with self.db.write() as conn:

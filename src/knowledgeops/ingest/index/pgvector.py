@@ -89,6 +89,23 @@ class PgVectorIndex:
                 "(dataset_id, active)"
             )
 
+    def verify(self) -> None:
+        """Check, without any DDL, that pgvector and this index's tables exist (every process
+        start runs this; `kops migrate` runs `ensure`). Raises PgVectorMissing with what to do."""
+        if self._installed_vector_version() is None:
+            raise PgVectorMissing(
+                "the database has no pgvector extension. Install pgvector ≥ 0.5 on the "
+                "PostgreSQL server, then run `kops migrate` (it creates the extension)"
+            )
+        with self.db.read() as conn:
+            present = conn.exec_driver_sql(
+                "SELECT to_regclass(%(t)s) IS NOT NULL", {"t": self.table}
+            ).scalar_one()
+        if not present:
+            raise PgVectorMissing(
+                f"the index table {self.table} does not exist: run `kops migrate` first"
+            )
+
     def _installed_vector_version(self) -> str | None:
         try:
             with self.db.read() as conn:
