@@ -45,7 +45,7 @@ class Settings(BaseSettings):
         None,
         gt=0,
         description="Redis redelivers an unacknowledged job after this; default 2 × "
-        "job_time_limit_s (it must be longer than the longest job).",
+        "job_time_limit_s, at least the hard limit + 60 s (it must outlast the longest job).",
     )
 
     # HTTP
@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     def visibility_timeout_s(self) -> float:
         if self.broker_visibility_timeout_s is not None:
             return self.broker_visibility_timeout_s
-        return 2 * self.job_time_limit_s
+        return max(2 * self.job_time_limit_s, self.job_time_limit_s + HARD_LIMIT_GRACE_S + 60)
 
     @cached_property
     def resolved_database_url(self) -> str:

@@ -19,6 +19,7 @@ from sqlalchemy import text
 from knowledgeops.db.engine import Database
 from knowledgeops.jobs.celery_dispatch import QUEUE, CeleryDispatcher, make_celery
 from knowledgeops.topology import LocalRedis, Topology
+from tests.e2e.corpus import long_text
 from tests.scaleout.conftest import write_corpus
 
 pytestmark = [pytest.mark.postgres, pytest.mark.scaleout, pytest.mark.model]
@@ -257,3 +258,39 @@ def test_rabbitmq_works_as_the_broker_by_url(
         job_ids = [upload(client, path)[0]["jobId"] for path in files]
         jobs = wait_terminal(client, job_ids, timeout=300)
     assert {job["status"] for job in jobs.values()} == {"completed"}
+
+
+def test_a_job_over_the_time_limit_is_stopped_and_failed_with_the_reason(
+    make_topology: Callable[..., Topology],
+    machine_redis: tuple[str, str],
+    pgvector_db: Database,
+    tmp_path: Path,
+) -> None:
+    """Celery's soft limit stops the job inside the pipeline; the job fails as permanent with
+    `time_limit`, its partial chunks are gone, and the worker takes the next job."""
+    broker_url, cache_url = machine_redis
+    topology = make_topology(
+        broker_url, cache_url, job_time_limit_s=3, embed_cache=False, embed_batch_size=4
+    )
+    topology.migrate()
+    topology.start(workers=1, concurrency=1)
+    long_one = tmp_path / "long.txt"
+    long_one.write_text(long_text("marathon", paragraphs=150, seed=5))  # ~1 minute of model time
+    (short_one,) = write_corpus(tmp_path / "corpus", 1)
+    with httpx.Client(base_url=topology.url, timeout=60) as client:
+        slow, _ = upload(client, long_one)
+        quick, _ = upload(client, short_one)
+        jobs = wait_terminal(client, [slow["jobId"], quick["jobId"]], timeout=300)
+        stopped, done = jobs[slow["jobId"]], jobs[quick["jobId"]]
+        assert (stopped["status"], stopped["errorCode"]) == ("failed", "time_limit")
+        assert stopped["errorCategory"] == "permanent"
+        assert "KOPS_JOB_TIME_LIMIT_S" in stopped["error"]
+        assert 0 < stopped["processedChunks"] < stopped["totalChunks"]
+        assert done["status"] == "completed"
+        document = client.get(f"/docs/documents/{slow['documentId']}").json()
+        assert document["chunkCount"] == 0
+    with pgvector_db.read() as conn:  # the partial generation was dropped with the failure
+        left = conn.execute(
+            text("SELECT count(*) FROM chunks WHERE document_id = :d"), {"d": slow["documentId"]}
+        ).scalar_one()
+    assert left == 0

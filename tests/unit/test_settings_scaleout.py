@@ -25,6 +25,7 @@ def test_visibility_timeout_must_outlast_the_hard_time_limit() -> None:
     with pytest.raises(SettingsError, match=r"hard limit, 130"):
         load_settings(job_time_limit_s=100, broker_visibility_timeout_s=120)
     assert load_settings(job_time_limit_s=100).visibility_timeout_s == 200
+    assert load_settings(job_time_limit_s=5).visibility_timeout_s == 95  # hard limit + 60 s
     assert load_settings(job_time_limit_s=100, broker_visibility_timeout_s=131)
 
 

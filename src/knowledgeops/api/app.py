@@ -45,7 +45,15 @@ def create_app(runtime: Services, *, manage_runtime: bool = True) -> FastAPI:
 
 def create_scaleout_app() -> FastAPI:
     """The app of one `kops api` process (uvicorn's factory; settings from the environment)."""
+    import logging
+
     from knowledgeops.runtime import ApiRuntime
     from knowledgeops.settings import load_settings
 
-    return create_app(ApiRuntime(load_settings()))
+    settings = load_settings()
+    # `kops api --workers N` spawns fresh interpreters: they log like the parent process
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+    )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    return create_app(ApiRuntime(settings))

@@ -59,6 +59,9 @@ class LocalMiniLM:
             started = time.perf_counter()
             import torch
             from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as transformers_logging
+
+            transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
             torch.set_num_threads(self.threads)
             model = SentenceTransformer(str(model_path()), device="cpu")
