@@ -139,7 +139,9 @@ class Services(ABC):
             max_attempts=settings.max_attempts,
             notify=notify,
         )
-        self.search = Search(self.db, self.datasets, self.index, self.embedder)
+        # queries go to the model directly: caching each one would cost a write per search
+        query_model = self.embedder.inner if isinstance(self.embedder, CachedEmbedder) else None
+        self.search = Search(self.db, self.datasets, self.index, query_model or self.embedder)
 
     @abstractmethod
     def notify(self) -> None:

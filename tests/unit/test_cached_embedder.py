@@ -16,6 +16,7 @@ from knowledgeops.ingest.embedders.cache import (
 )
 from knowledgeops.ingest.embedders.hashing import HashingEmbedder
 from knowledgeops.runtime import Embedded
+from knowledgeops.service.search import SearchMode
 
 from ..conftest import wait_for
 
@@ -138,6 +139,15 @@ def test_the_runtime_caches_in_its_database_by_default(
     assert isinstance(runtime.embedder, CachedEmbedder)
     assert isinstance(runtime.embedder.cache, SqlEmbeddingCache)
     _ingest_then_reindex(runtime, inner)
-    with runtime.db.read() as conn:
-        cached = conn.execute(select(func.count()).select_from(embedding_cache)).scalar_one()
-    assert cached == inner.texts
+
+    def cached() -> int:
+        with runtime.db.read() as conn:
+            return int(conn.execute(select(func.count()).select_from(embedding_cache)).scalar_one())
+
+    assert cached() == inner.texts
+    # a search embeds its query with the model itself: no cache write per query
+    dataset_id = runtime.datasets.ensure_default().id
+    calls = inner.calls
+    assert runtime.search.search(dataset_id, "caching example", top_k=3, mode=SearchMode.VECTOR)
+    assert inner.calls == calls + 1
+    assert cached() == inner.texts - 1
