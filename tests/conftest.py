@@ -121,7 +121,15 @@ def make_runtime(tmp_path: Any) -> Iterator[Callable[..., Embedded]]:
     of the test."""
     built: list[Embedded] = []
 
-    def make(*, start: bool = True, embedder: Any = None, **overrides: Any) -> Embedded:
+    def make(
+        *,
+        start: bool = True,
+        embedder: Any = None,
+        from_settings: str | None = None,
+        **overrides: Any,
+    ) -> Embedded:
+        """`from_settings="local" | "openai"`: the runtime builds that embedder from the
+        settings (KOPS_EMBEDDER), as in production, instead of the test embedder."""
         values: dict[str, Any] = {
             "data_dir": tmp_path / f"data{len(built)}",
             "workers": 2,
@@ -137,7 +145,10 @@ def make_runtime(tmp_path: Any) -> Iterator[Callable[..., Embedded]]:
             "embed_cache": False,
         }
         values.update(overrides)
-        runtime = Embedded(Settings(**values), embedder=embedder or HashingEmbedder())
+        if from_settings is not None:
+            values["embedder"] = from_settings
+        chosen = None if from_settings else (embedder or HashingEmbedder())
+        runtime = Embedded(Settings(**values), embedder=chosen)
         built.append(runtime)
         if start:
             runtime.start()

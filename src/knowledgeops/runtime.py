@@ -35,7 +35,9 @@ from knowledgeops.ingest.embedders.cache import (
     RedisEmbeddingCache,
     SqlEmbeddingCache,
 )
+from knowledgeops.ingest.embedders.limits import ConcurrencyLimit, LocalLimit, RedisLimit
 from knowledgeops.ingest.embedders.local import LocalMiniLM, load_tokenizer
+from knowledgeops.ingest.embedders.openai import KeySource, OpenAIEmbedder
 from knowledgeops.ingest.index.pgvector import PgVectorIndex
 from knowledgeops.ingest.index.sqlite import SqliteIndex
 from knowledgeops.ingest.lifecycle import DocumentLifecycle
@@ -70,12 +72,40 @@ def make_index(db: Database, dimension: int) -> Index:
 def model_dimension(settings: Settings) -> int:
     """The configured model's vector size, known without loading the model (the relay and
     `kops migrate` need it for the index tables)."""
-    return LocalMiniLM.dimension  # settings.embedder has one choice today: "local"
+    if settings.embedder == "openai":
+        return settings.openai_dimensions
+    return LocalMiniLM.dimension
+
+
+def make_model(settings: Settings) -> Embedder:
+    if settings.embedder == "openai":
+        limit: ConcurrencyLimit = (
+            RedisLimit(
+                settings.cache_url.get_secret_value(),
+                settings.openai_concurrency,
+                lease_s=settings.openai_timeout_s + 30,
+            )
+            if settings.cache_url is not None
+            else LocalLimit(settings.openai_concurrency)
+        )
+        key = settings.openai_api_key
+        return OpenAIEmbedder(
+            base_url=settings.openai_base_url,
+            model=settings.openai_model,
+            dimension=settings.openai_dimensions,
+            keys=KeySource(
+                key.get_secret_value() if key is not None else None,
+                settings.openai_api_key_file,
+            ),
+            limit=limit,
+            timeout_s=settings.openai_timeout_s,
+        )
+    return LocalMiniLM(threads=settings.model_threads)
 
 
 def make_embedder(settings: Settings, db: Database, embedder: Embedder | None = None) -> Embedder:
     """The model (or the one given, in tests), behind the embedding cache unless it is off."""
-    model: Embedder = embedder or LocalMiniLM(threads=settings.model_threads)
+    model: Embedder = embedder or make_model(settings)
     if not settings.embed_cache:
         return model
     cache: EmbeddingCache = (

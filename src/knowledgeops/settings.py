@@ -69,7 +69,20 @@ class Settings(BaseSettings):
     )  # s: running jobs get this long to reach a batch end
 
     # ingestion
-    embedder: Literal["local"] = "local"
+    embedder: Literal["local", "openai"] = Field(
+        "local", description="local: all-MiniLM-L6-v2 on the CPU; openai: an OpenAI-compatible API"
+    )
+    openai_base_url: str = Field("https://api.openai.com/v1", description="…/v1 of the provider")
+    openai_model: str = "text-embedding-3-small"
+    openai_dimensions: int = Field(1536, ge=1, le=16_000, description="Length of its vectors.")
+    openai_api_key: SecretStr | None = None
+    openai_api_key_file: Path | None = Field(
+        None, description="A file holding the key; re-read when it changes and after a 401."
+    )
+    openai_concurrency: int = Field(
+        4, ge=1, le=256, description="Requests at once, shared by all workers (Redis if set)."
+    )
+    openai_timeout_s: float = Field(30.0, gt=0)
     model_threads: int = Field(0, ge=0, description="Torch threads for the model; 0 = all cores.")
     embed_batch_size: int = Field(32, ge=1, le=1024)
     chunk_size: int = Field(200, ge=16, description="Tokens per chunk (model tokenizer).")
@@ -105,6 +118,14 @@ class Settings(BaseSettings):
                 "otherwise Redis hands a running job to a second worker"
             )
         _check_redis_roles(self.broker_url, self.cache_url)
+        if (
+            self.embedder == "openai"
+            and self.openai_api_key is None
+            and self.openai_api_key_file is None
+        ):
+            raise ValueError(
+                "KOPS_EMBEDDER=openai needs KOPS_OPENAI_API_KEY or KOPS_OPENAI_API_KEY_FILE"
+            )
         return self
 
     @property

@@ -9,6 +9,7 @@ from sqlalchemy import select
 
 from knowledgeops.db.engine import Database
 from knowledgeops.db.schema import documents
+from knowledgeops.errors import JobError, ServiceUnavailable
 from knowledgeops.ingest.embedders.base import Embedder, Vectors
 from knowledgeops.ingest.index.base import ChunkIndex, Hit
 from knowledgeops.service.datasets import Datasets
@@ -78,7 +79,15 @@ class Search:
         return self._with_names(hits)
 
     def _vector(self, query: str) -> Vectors:
-        vector: Vectors = self.embedder.embed([query])[0]
+        try:
+            vector: Vectors = self.embedder.embed([query])[0]
+        except JobError as exc:  # the embedding provider failed: not the caller's fault
+            retry = int(exc.retry_after_s) if exc.retry_after_s else 5
+            raise ServiceUnavailable(
+                f"the query could not be embedded: {exc.message}; keyword search still works",
+                code=f"search_{exc.code}",
+                retry_after_s=max(1, retry),
+            ) from exc
         return vector
 
     def _with_names(self, hits: Sequence[Hit]) -> list[SearchHit]:
