@@ -63,6 +63,7 @@ from knowledgeops.settings import Settings
 log = logging.getLogger(__name__)
 
 Index = SqliteIndex | PgVectorIndex
+BROKER_CHECK_S = 5.0  # s: /readyz asks the broker at most this often
 
 
 def make_index(db: Database, dimension: int) -> Index:
@@ -314,6 +315,8 @@ class ApiRuntime(Services):
     """`kops api`: the use cases behind HTTP. Uploads commit their job with its outbox row; the
     relay (another process) publishes them, so an upload is accepted while the broker is down."""
 
+    _broker_seen: tuple[float, str] | None = None
+
     def notify(self) -> None:
         """Nothing to do: the relay, another process, scans the outbox every interval."""
 
@@ -333,10 +336,24 @@ class ApiRuntime(Services):
         self.db.dispose()
 
     def readiness(self) -> dict[str, object]:
+        """Ready when the database answers. The broker's state is shown but does not decide:
+        uploads are accepted into the outbox while it is down, so taking the API out of a load
+        balancer then would refuse work that could be accepted."""
         checks: dict[str, object] = {"database": self._database_check()}
+        if self.settings.broker_url is not None:
+            checks["broker"] = self._broker_check()
         checks["model"] = "loaded" if getattr(self.embedder, "loaded", True) else "loading"
         checks["ready"] = checks["database"] == "ok"
         return checks
+
+    def _broker_check(self) -> str:
+        from knowledgeops.jobs.celery_dispatch import broker_status
+
+        now = time.monotonic()
+        if self._broker_seen is None or now - self._broker_seen[0] > BROKER_CHECK_S:
+            assert self.settings.broker_url is not None
+            self._broker_seen = (now, broker_status(self.settings.broker_url.get_secret_value()))
+        return self._broker_seen[1]
 
 
 class WorkerRuntime:

@@ -369,6 +369,53 @@ def test_two_relays_publishing_at_once_never_send_a_row_twice(harness: Harness) 
     assert sorted(sent) == sorted(job.id for job in jobs)  # each once, none lost
 
 
+def test_metrics_count_states_stage_durations_and_outcomes(harness: Harness) -> None:
+    def at(seconds: float) -> datetime:
+        return T0 + timedelta(seconds=seconds)
+
+    _, done_lease = harness.running()
+    for seconds, stage in ((1, Stage.PARSING), (3, Stage.EMBEDDING), (4, Stage.INDEXING)):
+        harness.store.report(done_lease, now=at(seconds), stage=stage)
+    harness.store.report(done_lease, now=at(5), processed=3)  # no stage change: no event
+    harness.store.complete(done_lease, now=at(6))
+    _, retry_lease = harness.running()
+    harness.store.fail(retry_lease, BOOM, now=at(2), retry_at=at(30))
+    _, failed_lease = harness.running()
+    harness.store.fail(
+        failed_lease, Failure("bad", "corrupt_file", "permanent", False), now=at(2), retry_at=None
+    )
+    cancelled = harness.new_job()
+    harness.store.cancel(cancelled.id, now=at(3))
+    harness.new_job()  # pending since T0
+    _, running_lease = harness.running()
+    harness.store.report(running_lease, now=at(7), stage=Stage.PARSING)
+
+    metrics = harness.store.metrics(now=at(10))
+    assert metrics.jobs_by_status == {
+        "completed": 1,
+        "retrying": 1,
+        "failed": 1,
+        "cancelled": 1,
+        "pending": 1,
+        "running": 1,
+    }
+    assert metrics.outcomes == {
+        ("completed", ""): 1,
+        ("retry", "transient"): 1,
+        ("failed", "permanent"): 1,
+        ("cancelled", ""): 1,
+    }
+    assert metrics.stage_seconds == {
+        "queued": (2, 8.0),  # 1 s for the completed job, 7 s for the running one
+        "parsing": (1, 2.0),
+        "embedding": (1, 1.0),
+        "indexing": (1, 2.0),
+    }
+    assert metrics.oldest_waiting_age_s == 10.0  # the pending job; the retry is not due yet
+    assert metrics.running_heartbeat_ages_s == [3.0]
+    assert metrics.outbox_backlog >= 1
+
+
 def test_listener_sees_every_transition(harness: Harness) -> None:
     job, lease = harness.running()
     harness.store.fail(lease, BOOM, now=T0, retry_at=T0)

@@ -206,8 +206,17 @@ def test_an_upload_while_the_broker_is_down_is_accepted_and_runs_when_it_is_back
     topology.start(workers=1, concurrency=1)
     files = write_corpus(tmp_path / "corpus", 3)
 
+    with httpx.Client(base_url=topology.url, timeout=60) as client:
+        assert client.get("/readyz").json()["broker"] == "ok"
     own_redis.stop()
     with httpx.Client(base_url=topology.url, timeout=60) as client:
+        deadline = time.monotonic() + 15
+        while (ready := client.get("/readyz")).json()["broker"] == "ok":
+            assert time.monotonic() < deadline, "readyz never noticed the broker was down"
+            time.sleep(0.5)
+        # the broker is down: shown, but the API stays ready, as it still accepts uploads
+        assert ready.status_code == 200
+        assert ready.json()["broker"].startswith("unavailable")
         accepted = [upload(client, path) for path in files]
         assert all(elapsed < 2.0 for _, elapsed in accepted)
         job_ids = [body["jobId"] for body, _ in accepted]

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from knowledgeops import __version__
 from knowledgeops.api import errors
-from knowledgeops.api.routes import datasets, documents, health, jobs, search, uploads
+from knowledgeops.api.routes import datasets, documents, health, jobs, metrics, search, uploads
 from knowledgeops.runtime import Services
 
 
@@ -37,8 +37,9 @@ def create_app(runtime: Services, *, manage_runtime: bool = True) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.runtime = runtime
+    app.state.metrics = metrics.registry_for(runtime.store)
     errors.install(app)
-    for module in (health, uploads, jobs, documents, datasets, search):
+    for module in (health, metrics, uploads, jobs, documents, datasets, search):
         app.include_router(module.router)
     return app
 

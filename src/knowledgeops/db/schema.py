@@ -14,6 +14,7 @@ from sqlalchemy import (
     Boolean,
     DateTime,
     Dialect,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -130,6 +131,25 @@ class IngestJob(Timestamps, Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     version: Mapped[int] = mapped_column(Integer, default=1)
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True, unique=True)
+    stage_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class JobEvent(Base):
+    """What happened to jobs, for metrics: each stage's duration, each retry and failure with
+    its error category, each completion. Not keyed to the job row, so that deleting a document
+    does not make counters go backwards."""
+
+    __tablename__ = "job_events"
+    __table_args__ = (Index(None, "kind", "category"), Index(None, "kind", "stage"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(36))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    kind: Mapped[str] = mapped_column(String(20))
+    stage: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    category: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    code: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class Outbox(Base):
@@ -188,4 +208,5 @@ documents = cast(Table, Document.__table__)
 ingest_jobs = cast(Table, IngestJob.__table__)
 outbox = cast(Table, Outbox.__table__)
 chunks = cast(Table, Chunk.__table__)
+job_events = cast(Table, JobEvent.__table__)
 embedding_cache = cast(Table, EmbeddingCacheEntry.__table__)

@@ -92,6 +92,16 @@ def masked(broker_url: str) -> str:
     return str(Connection(broker_url).as_uri(include_password=False))  # type: ignore[no-untyped-call]
 
 
+def broker_status(broker_url: str, timeout_s: float = 2.0) -> str:
+    """ "ok", or "unavailable: <why>" (for /readyz; the password never appears)."""
+    try:
+        with Connection(broker_url, connect_timeout=timeout_s) as conn:  # type: ignore[no-untyped-call]
+            conn.ensure_connection(max_retries=1, timeout=timeout_s)
+    except Exception as exc:
+        return f"unavailable: {type(exc).__name__}"
+    return "ok"
+
+
 def check_broker(app: Celery, timeout_s: float = SOCKET_TIMEOUT_S) -> None:
     """Connect once; raises ConnectionError with a message naming the broker (password hidden)."""
     url = str(app.conf.broker_url)

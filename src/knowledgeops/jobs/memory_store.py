@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from knowledgeops.jobs import states
-from knowledgeops.jobs.model import Failure, Job, Lease, NewJob, OutboxItem
+from knowledgeops.jobs.events import age, failure_event, outcome_event, stage_event
+from knowledgeops.jobs.model import Failure, Job, JobMetrics, Lease, NewJob, OutboxItem
 from knowledgeops.jobs.states import Event, JobStatus, Stage
 from knowledgeops.jobs.store import (
     Guard,
@@ -42,6 +44,8 @@ class MemoryJobStore:
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         self._publishing = threading.Lock()
+        self.events: list[dict[str, Any]] = []
+        self._stage_started: dict[str, datetime] = {}
 
     # --- helpers --------------------------------------------------------------------------------
     def _add_outbox(self, job_id: str, now: datetime, available_at: datetime) -> None:
@@ -140,6 +144,7 @@ class MemoryJobStore:
                 processed_chunks=0,
                 run_after=None,
             )
+            self._stage_started[job_id] = now
             return Lease(job_id, owner, attempt)
 
     def report(
@@ -156,6 +161,10 @@ class MemoryJobStore:
             job = self._held(lease)
             if work is not None:
                 work(None)
+            if stage is not None and stage is not job.stage:
+                started = self._stage_started.get(job.id)
+                self.events += stage_event(job.id, job.stage.value, started, now)
+                self._stage_started[job.id] = now
             self.jobs[job.id] = replace(
                 job,
                 heartbeat_at=now,
@@ -181,6 +190,10 @@ class MemoryJobStore:
     def complete(self, lease: Lease, *, now: datetime) -> Job:
         with self._lock:
             job = self._held(lease)
+            self.events += stage_event(
+                job.id, job.stage.value, self._stage_started.get(job.id), now
+            )
+            self.events.append(outcome_event(job, "completed", now))
             return self._move(
                 job,
                 Event.COMPLETE,
@@ -203,6 +216,7 @@ class MemoryJobStore:
 
     def _fail(self, job: Job, failure: Failure, now: datetime, retry_at: datetime | None) -> Job:
         event = Event.FAIL if retry_at is None else Event.RETRY_LATER
+        self.events.append(failure_event(job, failure, now, retry_at))
         moved = self._move(
             job,
             event,
@@ -237,8 +251,9 @@ class MemoryJobStore:
     # --- operator actions -----------------------------------------------------------------------
     def cancel(self, job_id: str, *, now: datetime) -> Job:
         with self._lock:
-            return self._move(
-                self._existing(job_id),
+            job = self._existing(job_id)
+            moved = self._move(
+                job,
                 Event.CANCEL,
                 now,
                 finished_at=now,
@@ -249,6 +264,8 @@ class MemoryJobStore:
                 error_category=None,
                 retryable=True,
             )
+            self.events.append(outcome_event(job, "cancelled", now))
+            return moved
 
     def requeue(
         self, job_id: str, *, now: datetime, extra_attempts: int, guard: Guard | None = None
@@ -359,6 +376,36 @@ class MemoryJobStore:
             pruned = len(self.outbox) - len(keep)
             self.outbox = keep
             return pruned
+
+    def metrics(self, *, now: datetime) -> JobMetrics:
+        with self._lock:
+            by_status = Counter(job.status.value for job in self.jobs.values())
+            waiting = [
+                job.run_after or job.created_at
+                for job in self.jobs.values()
+                if job.status in (JobStatus.PENDING, JobStatus.RETRYING) and job.is_due(now)
+            ]
+            beats = [
+                job.heartbeat_at for job in self.jobs.values() if job.status is JobStatus.RUNNING
+            ]
+            outcomes = Counter(
+                (e["kind"], e["category"] or "") for e in self.events if e["kind"] != "stage"
+            )
+            stages: dict[str, tuple[int, float]] = {}
+            for e in self.events:
+                if e["kind"] == "stage":
+                    count, total = stages.get(e["stage"], (0, 0.0))
+                    stages[e["stage"]] = (count + 1, total + (e["seconds"] or 0.0))
+        backlog, oldest = self.outbox_backlog(now=now)
+        return JobMetrics(
+            jobs_by_status=dict(by_status),
+            outbox_backlog=backlog,
+            outbox_oldest_age_s=oldest,
+            oldest_waiting_age_s=max((age(t, now) for t in waiting), default=0.0),
+            running_heartbeat_ages_s=[age(t, now) for t in beats],
+            outcomes=dict(outcomes),
+            stage_seconds=stages,
+        )
 
     def outbox_backlog(self, *, now: datetime) -> tuple[int, float]:
         with self._lock:

@@ -1,8 +1,8 @@
-"""What the jobs core reads and writes: a job, a new job, a lease, an outbox item."""
+"""What the jobs core reads and writes: a job, a new job, a lease, an outbox item, metrics."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from knowledgeops.jobs.states import JobStatus, Stage
@@ -74,3 +74,18 @@ class OutboxItem:
     id: int
     job_id: str
     publish_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobMetrics:
+    """The state of all jobs at one moment, as `/metrics` reports it. Counters (`outcomes`,
+    `stage_seconds`) only grow; the rest are gauges."""
+
+    jobs_by_status: dict[str, int]
+    outbox_backlog: int
+    outbox_oldest_age_s: float
+    oldest_waiting_age_s: float  # the oldest job that could run now and has not started
+    running_heartbeat_ages_s: list[float]
+    # (kind, category) -> count; kind: completed, retry, failed, cancelled
+    outcomes: dict[tuple[str, str], int] = field(default_factory=dict)
+    stage_seconds: dict[str, tuple[int, float]] = field(default_factory=dict)  # count, sum

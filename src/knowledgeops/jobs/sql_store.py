@@ -16,9 +16,11 @@ from sqlalchemy import Connection, Row, and_, delete, exists, func, insert, or_,
 
 from knowledgeops.db.engine import Database
 from knowledgeops.db.schema import ingest_jobs as J
+from knowledgeops.db.schema import job_events as E
 from knowledgeops.db.schema import outbox as O
 from knowledgeops.jobs import states
-from knowledgeops.jobs.model import Failure, Job, Lease, NewJob, OutboxItem
+from knowledgeops.jobs.events import age, failure_event, outcome_event, stage_event
+from knowledgeops.jobs.model import Failure, Job, JobMetrics, Lease, NewJob, OutboxItem
 from knowledgeops.jobs.states import Event, JobStatus, Stage
 from knowledgeops.jobs.store import (
     Guard,
@@ -34,6 +36,7 @@ CAS_TRIES = 5
 
 def _job(row: Row[Any]) -> Job:
     values = row._asdict()
+    values.pop("stage_started_at", None)
     values["status"] = JobStatus(values["status"])
     values["stage"] = Stage(values["stage"])
     return Job(**values)
@@ -68,6 +71,11 @@ class SqlJobStore:
                 job_id=job_id, created_at=now, available_at=available_at, publish_attempts=0
             )
         )
+
+    @staticmethod
+    def _events(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+        if rows:
+            conn.execute(insert(E), list(rows))
 
     def _cas(
         self,
@@ -107,6 +115,7 @@ class SqlJobStore:
         lease: Lease | None = None,
         outbox_at: Callable[[Job], datetime | None] | None = None,
         guard: Guard | None = None,
+        events: Callable[[Job, Any], Sequence[dict[str, Any]]] | None = None,
     ) -> Job:
         for _ in range(CAS_TRIES):
             with self.db.write() as conn:
@@ -119,7 +128,14 @@ class SqlJobStore:
                     raise LeaseLost(lease, job.status)
                 if guard is not None:
                     guard(conn, job)
+                stage_started = (
+                    conn.scalar(select(J.c.stage_started_at).where(J.c.id == job_id))
+                    if events is not None
+                    else None
+                )
                 if self._cas(conn, job, event, now, values(job), lease):
+                    if events is not None:
+                        self._events(conn, events(job, stage_started))
                     available = outbox_at(job) if outbox_at else None
                     if available is not None:
                         self._add_outbox(conn, job_id, now, available)
@@ -185,6 +201,7 @@ class SqlJobStore:
                     "started_at": now,
                     "finished_at": None,
                     "stage": Stage.QUEUED.value,
+                    "stage_started_at": now,
                     "total_chunks": None,
                     "processed_chunks": 0,
                     "run_after": None,
@@ -218,10 +235,21 @@ class SqlJobStore:
         if processed is not None:
             values["processed_chunks"] = processed
         with self.db.write() as conn:
+            before = None
+            if stage is not None:
+                before = conn.execute(
+                    select(J.c.stage, J.c.stage_started_at).where(J.c.id == lease.job_id)
+                ).first()
+                if before is not None and before.stage != stage.value:
+                    values["stage_started_at"] = now
             result = conn.execute(self._fenced(lease).values(version=J.c.version + 1, **values))
             if result.rowcount != 1:
                 job = self._load(conn, lease.job_id)
                 raise LeaseLost(lease, job.status if job else None)
+            if before is not None and "stage_started_at" in values:
+                self._events(
+                    conn, stage_event(lease.job_id, before.stage, before.stage_started_at, now)
+                )
             if work is not None:
                 work(conn)
 
@@ -249,6 +277,10 @@ class SqlJobStore:
                 "retryable": False,
             },
             lease=lease,
+            events=lambda job, started: [
+                *stage_event(job.id, job.stage.value, started, now),
+                outcome_event(job, "completed", now),
+            ],
         )
 
     def fail(
@@ -262,6 +294,7 @@ class SqlJobStore:
             lambda job: _failure_values(failure, now, retry_at),
             lease=lease,
             outbox_at=lambda job: retry_at,
+            events=lambda job, _: [failure_event(job, failure, now, retry_at)],
         )
 
     def release(self, lease: Lease, *, now: datetime) -> Job:
@@ -294,6 +327,7 @@ class SqlJobStore:
                 "error_category": None,
                 "retryable": True,
             },
+            events=lambda job, _: [outcome_event(job, "cancelled", now)],
         )
 
     def requeue(
@@ -348,6 +382,7 @@ class SqlJobStore:
                 values = _failure_values(failure, now, when)
                 still_silent = or_(J.c.heartbeat_at.is_(None), J.c.heartbeat_at < stale_before)
                 if self._cas(conn, job, event, now, values, also=still_silent):
+                    self._events(conn, [failure_event(job, failure, now, when)])
                     if when is not None:
                         self._add_outbox(conn, job_id, now, when)
                     loaded = self._load(conn, job_id)
@@ -443,6 +478,50 @@ class SqlJobStore:
                 delete(O).where(O.c.published_at.is_not(None), O.c.published_at < published_before)
             )
             return int(result.rowcount)
+
+    def metrics(self, *, now: datetime) -> JobMetrics:
+        with self.db.read() as conn:
+            by_status = {
+                status: int(count)
+                for status, count in conn.execute(
+                    select(J.c.status, func.count()).group_by(J.c.status)
+                )
+            }
+            waiting_since = conn.scalar(
+                select(func.min(func.coalesce(J.c.run_after, J.c.created_at))).where(
+                    J.c.status.in_([JobStatus.PENDING.value, JobStatus.RETRYING.value]),
+                    or_(J.c.run_after.is_(None), J.c.run_after <= now),
+                )
+            )
+            beats = conn.scalars(
+                select(J.c.heartbeat_at).where(J.c.status == JobStatus.RUNNING.value)
+            ).all()
+            outcomes = {
+                (kind, category or ""): int(count)
+                for kind, category, count in conn.execute(
+                    select(E.c.kind, E.c.category, func.count())
+                    .where(E.c.kind != "stage")
+                    .group_by(E.c.kind, E.c.category)
+                )
+            }
+            stages = {
+                stage: (int(count), float(total or 0.0))
+                for stage, count, total in conn.execute(
+                    select(E.c.stage, func.count(), func.sum(E.c.seconds))
+                    .where(E.c.kind == "stage")
+                    .group_by(E.c.stage)
+                )
+            }
+        backlog, oldest = self.outbox_backlog(now=now)
+        return JobMetrics(
+            jobs_by_status=by_status,
+            outbox_backlog=backlog,
+            outbox_oldest_age_s=oldest,
+            oldest_waiting_age_s=age(waiting_since, now),
+            running_heartbeat_ages_s=[age(beat, now) for beat in beats],
+            outcomes=outcomes,
+            stage_seconds=stages,
+        )
 
     def outbox_backlog(self, *, now: datetime) -> tuple[int, float]:
         with self.db.read() as conn:

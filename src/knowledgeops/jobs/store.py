@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from knowledgeops.jobs.model import Failure, Job, Lease, NewJob, OutboxItem
+from knowledgeops.jobs.model import Failure, Job, JobMetrics, Lease, NewJob, OutboxItem
 from knowledgeops.jobs.states import JobStatus, Stage
 
 Tx = Any  # the store's transaction handle; opaque to the jobs core
@@ -134,4 +134,11 @@ class JobStore(Protocol):
 
     def outbox_backlog(self, *, now: datetime) -> tuple[int, float]:
         """(unpublished rows that are due, age in seconds of the oldest of them)."""
+        ...
+
+    # --- metrics --------------------------------------------------------------------------------
+    def metrics(self, *, now: datetime) -> JobMetrics:
+        """Jobs by status, outbox backlog, waiting and heartbeat ages, outcome and stage
+        counters (every stage change, retry, failure, cancel and completion is recorded in the
+        transaction that makes it)."""
         ...

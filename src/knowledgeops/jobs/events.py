@@ -1,0 +1,46 @@
+"""Rows of the `job_events` record (DESIGN.md §6 metrics): a finished stage's duration, and
+each retry, failure, cancel and completion with its error category. Both stores write the same
+rows, in the transaction (or under the lock) of the change they describe."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from knowledgeops.jobs.model import Failure, Job
+
+
+def stage_event(
+    job_id: str, stage: str, started: datetime | None, now: datetime
+) -> list[dict[str, Any]]:
+    """A finished stage's duration (nothing when its start is unknown)."""
+    if started is None:
+        return []
+    seconds = max(0.0, (now - started).total_seconds())
+    return [_event_row(job_id, "stage", now, stage=stage, seconds=seconds)]
+
+
+def outcome_event(
+    job: Job, kind: str, now: datetime, category: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    seconds = None if job.started_at is None else max(0.0, (now - job.started_at).total_seconds())
+    return _event_row(
+        job.id, kind, now, stage=job.stage.value, category=category, code=code, seconds=seconds
+    )
+
+
+def failure_event(
+    job: Job, failure: Failure, now: datetime, retry_at: datetime | None
+) -> dict[str, Any]:
+    kind = "failed" if retry_at is None else "retry"
+    return outcome_event(job, kind, now, failure.category, failure.code)
+
+
+def _event_row(job_id: str, kind: str, at: datetime, **values: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {"stage": None, "category": None, "code": None, "seconds": None}
+    row.update(values)
+    return {"job_id": job_id, "kind": kind, "at": at, **row}
+
+
+def age(since: datetime | None, now: datetime) -> float:
+    return 0.0 if since is None else max(0.0, (now - since).total_seconds())
