@@ -228,6 +228,32 @@ def _follow(
         time.sleep(0.5)
 
 
+JobIdArg = Annotated[str, typer.Argument(help="The job's id (as `kops jobs` shows it).")]
+
+
+@app.command()
+def retry(job_id: JobIdArg, url: UrlOpt = DEFAULT_URL) -> None:
+    """Run a failed or cancelled job again (the newest job of its document)."""
+    with Client(url) as client:
+        try:
+            job = client.retry(job_id)
+        except ClientError as exc:
+            raise _fail(str(exc)) from None
+    console.print(f"job {job['id']}: {job['status']} (attempts allowed: {job['maxAttempts']})")
+
+
+@app.command()
+def cancel(job_id: JobIdArg, url: UrlOpt = DEFAULT_URL) -> None:
+    """Cancel a job: a running one stops at its next batch, its partial chunks are removed and
+    the document's previous version stays searchable."""
+    with Client(url) as client:
+        try:
+            job = client.cancel(job_id)
+        except ClientError as exc:
+            raise _fail(str(exc)) from None
+    console.print(f"job {job['id']}: {job['status']}")
+
+
 @app.command()
 def search(
     query: Annotated[str, typer.Argument(help="What to look for.")],

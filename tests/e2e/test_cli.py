@@ -203,3 +203,34 @@ def test_migrate_command(kops_server: Callable[..., Server], tmp_path: Path) -> 
     assert "Stop the other process" in stderr, result
     assert server.http.get("/readyz").status_code == 200
     assert (data_dir / "kops.lock").read_text().strip() == str(server.pid)
+
+
+def test_kops_cancel_and_kops_retry(kops_server: Callable[..., Server], tmp_path: Path) -> None:
+    """A job waiting behind a long one is cancelled from the CLI, then retried from the CLI and
+    completes; a second cancel of a finished job is refused with the server's reason."""
+    server = kops_server(workers=1)
+    long_doc = make_text(tmp_path / "long.txt", long_text("harbour", paragraphs=60, seed=3))
+    waiting_doc = make_text(tmp_path / "tides.txt", TIDES)
+    long_job, _ = server.upload(long_doc)
+    waiting_job, _ = server.upload(waiting_doc)
+    wait_for(lambda: server.job(long_job["jobId"])["status"] == "running", what="the long job")
+    assert server.job(waiting_job["jobId"])["status"] == "pending"
+
+    cancelled = run_kops("cancel", waiting_job["jobId"], "--url", server.url)
+    assert cancelled.returncode == 0, cancelled.output
+    assert f"job {waiting_job['jobId']}: cancelled" in cancelled.output
+    assert server.job(waiting_job["jobId"])["status"] == "cancelled"
+
+    retried = run_kops("retry", waiting_job["jobId"], "--url", server.url)
+    assert retried.returncode == 0, retried.output
+    assert f"job {waiting_job['jobId']}: pending" in retried.output
+    done = wait_for(
+        lambda: server.job(waiting_job["jobId"])["status"] == "completed",
+        timeout=180,
+        what="the retried job",
+    )
+    assert done
+
+    again = run_kops("cancel", waiting_job["jobId"], "--url", server.url)
+    assert again.returncode == 1
+    assert "error:" in again.output
