@@ -4,7 +4,7 @@ the local model (or the deterministic test embedder), and faults on request.
     POST /v1/embeddings   {"model": "...", "input": ["text", ...]}  (Authorization: Bearer KEY)
     POST /_control        {"mode": "ok" | "error500" | "throttle" | "hang" | "unauthorized" |
                            "bad_request", "count": N (then back to ok; omit: until changed),
-                           "retry_after": S, "keys": ["accepted key", ...]}
+                           "retry_after": S, "delay": S per answer, "keys": ["key", ...]}
     GET  /_stats          requests, served, refused by status, most requests at once
 
 It is not part of the service: it stands in for a production provider so that every answer the
@@ -36,12 +36,26 @@ class ProviderState:
     mode: str = "ok"
     remaining: int | None = None  # faults left before going back to ok (None: until changed)
     retry_after: float = 1.0
+    delay_s: float = 0.0  # added to every answer (slow embedding, for kill-mid-work tests)
     requests: int = 0
     served: int = 0
     refused: Counter[int] = field(default_factory=Counter)
     in_flight: int = 0
     max_in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def configure(self, body: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            if "mode" in body:
+                self.mode = body["mode"]
+                self.remaining = body.get("count")
+            if "retry_after" in body:
+                self.retry_after = float(body["retry_after"])
+            if "delay" in body:
+                self.delay_s = float(body["delay"])
+            if "keys" in body:
+                self.keys = set(body["keys"])
+            return {"mode": self.mode, "remaining": self.remaining}
 
     def fault(self) -> str:
         with self.lock:
@@ -99,6 +113,8 @@ def create_provider_app(embedder: Embedder, state: ProviderState | None = None) 
                 with model_lock:
                     return embedder.embed(texts)
 
+            if state.delay_s:
+                await asyncio.sleep(state.delay_s)
             vectors = await asyncio.to_thread(embed)
             with state.lock:
                 state.served += 1
@@ -118,17 +134,9 @@ def create_provider_app(embedder: Embedder, state: ProviderState | None = None) 
     @app.post("/_control")
     async def control(request: Request) -> Any:
         body = await request.json()
-        with state.lock:
-            if "mode" in body:
-                if body["mode"] not in MODES:
-                    return JSONResponse({"error": f"mode must be one of {sorted(MODES)}"}, 400)
-                state.mode = body["mode"]
-                state.remaining = body.get("count")
-            if "retry_after" in body:
-                state.retry_after = float(body["retry_after"])
-            if "keys" in body:
-                state.keys = set(body["keys"])
-        return {"mode": state.mode, "remaining": state.remaining}
+        if body.get("mode", "ok") not in MODES:
+            return JSONResponse({"error": f"mode must be one of {sorted(MODES)}"}, 400)
+        return state.configure(body)
 
     @app.get("/_stats")
     def stats() -> Any:

@@ -14,6 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
+from knowledgeops.jobs import faults
 from knowledgeops.jobs.classify import classify
 from knowledgeops.jobs.heartbeat import Heartbeat
 from knowledgeops.jobs.model import Failure, Job, Lease
@@ -120,6 +121,7 @@ class Runner:
         ctx = JobContext(self.store, lease, job, self.clock, self.stopping)
         try:
             self.handler(ctx)
+            faults.hit("before_complete")  # the chaos suite's crash point; off by default
             self.store.complete(lease, now=self.clock())
         except LeaseLost as lost:
             log.warning("%s; this attempt's late writes were rejected", lost)
