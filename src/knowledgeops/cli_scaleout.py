@@ -165,6 +165,31 @@ def relay() -> None:
     runtime.run()
 
 
+def chaos(
+    short: Annotated[bool, typer.Option(help="The short form CI runs.")] = False,
+    only: Annotated[
+        str | None, typer.Option(help="Comma-separated scenarios (default: all).")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the results as JSON here.")] = None,
+) -> None:
+    """Break the scale-out topology on purpose (own PostgreSQL, Redis and provider) and check
+    that nothing was lost, doubled or left stuck; exits 1 if anything was."""
+    from knowledgeops import chaos as suite
+
+    _logging("WARNING")
+    try:
+        results = suite.run_chaos(
+            short=short, only=[n.strip() for n in only.split(",")] if only else None
+        )
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    console.print(suite.render(results))
+    if out is not None:
+        suite.write_json(results, out)
+    if not all(result.ok for result in results):
+        raise typer.Exit(1)
+
+
 postgres_app = typer.Typer(
     help="A local PostgreSQL 16 with pgvector from the pgserver package (for trying scale-out)."
 )
@@ -202,4 +227,5 @@ def register(app: typer.Typer) -> None:
     app.command()(api)
     app.command()(worker)
     app.command()(relay)
+    app.command()(chaos)
     app.add_typer(postgres_app, name="postgres")

@@ -26,6 +26,7 @@ from knowledgeops.devpg import free_port
 KOPS = [sys.executable, "-m", "knowledgeops.cli"]
 READY_TIMEOUT_S = 180.0  # s: model loading on a busy 2-core machine is slow
 MODEL_LOADED = "loaded sentence-transformers/all-MiniLM-L6-v2"
+WORKER_READY = " ready."  # Celery: "kops-123@host ready."
 
 
 class TopologyError(Exception):
@@ -162,10 +163,11 @@ class Topology:
             raise TopologyError(f"kops migrate failed:\n{done.stdout}\n{done.stderr}")
 
     # --- processes ------------------------------------------------------------------------------
-    def _spawn(self, role: str, *args: str) -> Proc:
+    def _spawn(self, role: str, *args: str, raw_env: dict[str, str] | None = None) -> Proc:
         count = sum(p.name.startswith(role) for p in self.procs)
         name = f"{role}{count + 1}"
-        proc = spawn(name, [*KOPS, role, *args], self.env(), self.root / "logs" / f"{name}.log")
+        env = {**self.env(), **(raw_env or {})}
+        proc = spawn(name, [*KOPS, role, *args], env, self.root / "logs" / f"{name}.log")
         self.procs.append(proc)
         return proc
 
@@ -175,34 +177,53 @@ class Topology:
     def start_relay(self) -> Proc:
         return self._spawn("relay")
 
-    def start_worker(self, concurrency: int = 1) -> Proc:
-        return self._spawn("worker", "--concurrency", str(concurrency))
+    def start_worker(self, concurrency: int = 1, raw_env: dict[str, str] | None = None) -> Proc:
+        """`raw_env`: extra environment variables for this worker only (fault injection)."""
+        return self._spawn("worker", "--concurrency", str(concurrency), raw_env=raw_env)
 
-    def start(self, *, workers: int = 2, concurrency: int = 1, relays: int = 1) -> None:
+    def start(
+        self,
+        *,
+        workers: int = 2,
+        concurrency: int = 1,
+        relays: int = 1,
+        local_model: bool = True,
+        worker_env: dict[str, str] | None = None,
+    ) -> None:
+        """Start and wait until ready: with `local_model`, until every worker process has
+        loaded the model; otherwise until every Celery worker says it is ready."""
         self.start_api()
         for _ in range(relays):
             self.start_relay()
         for _ in range(workers):
-            self.start_worker(concurrency)
-        self.wait_ready(models=workers * concurrency)
+            self.start_worker(concurrency, raw_env=worker_env)
+        self.wait_ready(
+            models=workers * concurrency if local_model else 0,
+            workers=0 if local_model else workers,
+        )
 
     def by_role(self, role: str) -> list[Proc]:
         return [p for p in self.procs if p.name.startswith(role) and p.alive()]
 
-    def wait_ready(self, *, models: int, timeout: float = READY_TIMEOUT_S) -> None:
-        """The API answers /readyz and every worker process has loaded the model."""
+    def wait_ready(
+        self, *, models: int, workers: int = 0, timeout: float = READY_TIMEOUT_S
+    ) -> None:
+        """The API answers /readyz, `models` worker processes have loaded the model and
+        `workers` Celery workers said they are ready."""
         deadline = time.monotonic() + timeout
         with httpx.Client(base_url=self.url, timeout=5) as client:
             while True:
                 dead = [p for p in self.procs if not p.alive()]
                 if dead:
                     raise TopologyError(self._report(f"{dead[0].name} exited", dead[0]))
-                loaded = sum(p.log().count(MODEL_LOADED) for p in self.by_role("worker"))
+                logs = [p.log() for p in self.by_role("worker")]
+                loaded = sum(log.count(MODEL_LOADED) for log in logs)
+                ready = sum(WORKER_READY in log for log in logs)
                 try:
                     api_ready = client.get("/readyz").status_code == 200
                 except httpx.HTTPError:
                     api_ready = False
-                if api_ready and loaded >= models:
+                if api_ready and loaded >= models and ready >= workers:
                     return
                 if time.monotonic() > deadline:
                     raise TopologyError(
