@@ -373,6 +373,47 @@ def worker_killed_mid_embedding(lab: Lab) -> Outcome:
         return outcome
 
 
+def worker_paused_past_its_lease(lab: Lab) -> Outcome:
+    outcome = Outcome("worker paused past its lease (SIGSTOP), then resumed")
+    with lab.topology("paused") as topology, httpx.Client(base_url=topology.url) as client:
+        lab.control(delay=0.5)
+        files = lab.corpus("paused", 3 if lab.short else 8, paragraphs=8)
+        job_ids = upload_all(client, files, outcome)
+        target: dict[str, Any] = {}
+
+        def embedding() -> bool:
+            found = _running_owner(client, job_ids)
+            if found is not None:
+                target.update(found)
+            return found is not None
+
+        if not wait_until(embedding, timeout=60):
+            outcome.problems.append("no job reached the middle of embedding")
+            return outcome
+        pid = _worker_pid(topology, target["id"])
+        if pid is None:
+            outcome.problems.append("could not tell which worker process runs the job")
+            return outcome
+        os.kill(pid, signal.SIGSTOP)
+        fault_at = time.monotonic()
+        lab.control(delay=0.0)
+
+        def taken_over() -> bool:
+            job = client.get(f"/docs/jobs/{target['id']}").json()
+            return bool(job["status"] == "completed")
+
+        if not wait_until(taken_over, timeout=120):
+            outcome.problems.append("nobody finished the paused worker's job")
+        os.kill(pid, signal.SIGCONT)  # it wakes up and tries to go on writing
+        rejected = wait_until(
+            lambda: any("late writes were rejected" in worker.log() for worker in topology.procs),
+            timeout=30,
+        )
+        if not rejected:
+            outcome.problems.append("the resumed worker's late writes were not seen rejected")
+        return _finish(lab, topology, client, job_ids, outcome, fault_at)
+
+
 def killed_before_complete(lab: Lab) -> Outcome:
     outcome = Outcome("worker dies after the index write, before completed")
     marker = lab.root / "before_complete.spent"
@@ -534,6 +575,7 @@ def _kill(pid: int) -> None:
 SCENARIOS: dict[str, Callable[[Lab], Outcome]] = {
     "kill_mid_embedding": worker_killed_mid_embedding,
     "kill_before_complete": killed_before_complete,
+    "worker_paused": worker_paused_past_its_lease,
     "broker_down": broker_down,
     "postgres_restart": postgres_restart,
     "relay_killed": relay_killed,

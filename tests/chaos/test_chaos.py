@@ -26,6 +26,7 @@ def test_the_short_chaos_suite_loses_and_doubles_nothing() -> None:
     # each fault really hit the work: the jobs it touched were retried for its reason
     assert setbacks["kill -9 a worker process mid-embedding"].get("worker_lost", 0) >= 1
     assert setbacks["worker dies after the index write, before completed"].get("worker_lost") >= 1
+    assert setbacks["worker paused past its lease (SIGSTOP), then resumed"].get("worker_lost") >= 1
     provider = setbacks["provider 429s and 500s, then 401 until the key is fixed"]
     assert provider.get("rate_limited", 0) >= 1
     assert provider.get("embedder_error", 0) >= 1
