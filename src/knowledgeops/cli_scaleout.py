@@ -175,13 +175,20 @@ def chaos(
     """Break the scale-out topology on purpose (own PostgreSQL, Redis and provider) and check
     that nothing was lost, doubled or left stuck; exits 1 if anything was."""
     from knowledgeops import chaos as suite
+    from knowledgeops.devpg import LocalPostgresError
+    from knowledgeops.topology import TopologyError
 
     _logging("WARNING")
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)  # unwinds: every process and folder is cleaned up
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         results = suite.run_chaos(
             short=short, only=[n.strip() for n in only.split(",")] if only else None
         )
-    except ValueError as exc:
+    except (ValueError, LocalPostgresError, TopologyError) as exc:
         raise _fail(str(exc)) from None
     console.print(suite.render(results))
     if out is not None:
