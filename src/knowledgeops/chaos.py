@@ -126,10 +126,15 @@ class Lab:
                 time.sleep(0.1)
 
     def stop(self) -> None:
+        """Each step on its own: one that fails must not leave the others running."""
+        steps: list[Callable[[], None]] = [self.redis.stop, self.postgres.destroy]
         if self.provider is not None:
-            self.provider.stop(timeout=10)
-        self.redis.stop()
-        self.postgres.destroy()
+            steps.insert(0, lambda: self.provider.stop(timeout=10) if self.provider else None)
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:
+                print(f"chaos: clean-up step failed: {exc}")
 
     def control(self, **body: Any) -> None:
         httpx.post(f"{self.provider_url}/_control", json=body, timeout=5).raise_for_status()
@@ -333,6 +338,10 @@ def _finish(
         outcome.problems.append("not every job finished in time")
     outcome.recover_s = round(time.monotonic() - fault_at, 1)
     audit(topology, client, job_ids, outcome)
+    if outcome.completed != outcome.accepted:
+        outcome.problems.append(
+            f"{outcome.accepted - outcome.completed} accepted uploads did not complete"
+        )
     return outcome
 
 
@@ -402,9 +411,11 @@ def worker_paused_past_its_lease(lab: Lab) -> Outcome:
             job = client.get(f"/docs/jobs/{target['id']}").json()
             return bool(job["status"] == "completed")
 
-        if not wait_until(taken_over, timeout=120):
-            outcome.problems.append("nobody finished the paused worker's job")
-        os.kill(pid, signal.SIGCONT)  # it wakes up and tries to go on writing
+        try:
+            if not wait_until(taken_over, timeout=180):
+                outcome.problems.append("nobody finished the paused worker's job")
+        finally:
+            os.kill(pid, signal.SIGCONT)  # it wakes up and tries to go on writing
         rejected = wait_until(
             lambda: any("late writes were rejected" in worker.log() for worker in topology.procs),
             timeout=30,
@@ -441,9 +452,11 @@ def broker_down(lab: Lab) -> Outcome:
         job_ids = upload_all(client, files[:half], outcome)
         lab.redis.stop()
         fault_at = time.monotonic()
-        job_ids += upload_all(client, files[half:], outcome)  # each must still be 202
-        time.sleep(max(0.0, outage - (time.monotonic() - fault_at)))
-        lab.redis.start()
+        try:
+            job_ids += upload_all(client, files[half:], outcome)  # each must still be 202
+            time.sleep(max(0.0, outage - (time.monotonic() - fault_at)))
+        finally:
+            lab.redis.start()
         return _finish(lab, topology, client, job_ids, outcome, fault_at)
 
 
@@ -456,17 +469,19 @@ def postgres_restart(lab: Lab) -> Outcome:
         wait_until(lambda: _running_owner(client, job_ids) is not None, timeout=60)
         lab.postgres.stop(mode="fast")
         fault_at = time.monotonic()
-        during = upload(client, files[-1])
-        if during.status_code == 202:
-            outcome.problems.append("an upload was answered 202 while the database was down")
-            outcome.accepted += 1
-            job_ids.append(during.json()["jobId"])
-        elif during.status_code != 503 or "retry-after" not in during.headers:
-            outcome.problems.append(
-                f"an upload during the outage got {during.status_code} without Retry-After"
-            )
-        time.sleep(3.0 if lab.short else 15.0)
-        lab.postgres.start()
+        try:
+            during = upload(client, files[-1])
+            if during.status_code == 202:
+                outcome.problems.append("an upload was answered 202 while the database was down")
+                outcome.accepted += 1
+                job_ids.append(during.json()["jobId"])
+            elif during.status_code != 503 or "retry-after" not in during.headers:
+                outcome.problems.append(
+                    f"an upload during the outage got {during.status_code} without Retry-After"
+                )
+            time.sleep(3.0 if lab.short else 15.0)
+        finally:
+            lab.postgres.start()
         lab.control(delay=0.0)
         return _finish(lab, topology, client, job_ids, outcome, fault_at)
 
@@ -485,9 +500,12 @@ def relay_killed(lab: Lab) -> Outcome:
         if active is None:
             outcome.problems.append("no relay was active")
             return outcome
+        (standby,) = [r for r in relays if r is not active]
         active.kill()
         fault_at = time.monotonic()
         job_ids += upload_all(client, files[half:], outcome)
+        if not wait_until(lambda: "relay: active" in standby.log(), timeout=30):
+            outcome.problems.append("the standby relay did not take over")
         topology.start_relay()  # the killed one comes back, as a standby
         return _finish(lab, topology, client, job_ids, outcome, fault_at)
 
@@ -541,7 +559,9 @@ def duplicate_delivery(lab: Lab) -> Outcome:
         attempts = {job_id: job["attempt"] for job_id, job in jobs(client, job_ids).items()}
         for job_id in job_ids:  # stale redeliveries of finished jobs
             dispatcher.publish(job_id)
-        time.sleep(3)
+        if not wait_until(lambda: dispatcher.backlog() == 0, timeout=60):
+            outcome.problems.append("the stale redeliveries were never taken by a worker")
+        time.sleep(1)  # the last one taken is being looked at
         after = {job_id: job["attempt"] for job_id, job in jobs(client, job_ids).items()}
         if after != attempts:
             outcome.problems.append("a stale redelivery ran a finished job again")

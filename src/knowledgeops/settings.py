@@ -126,6 +126,11 @@ class Settings(BaseSettings):
             raise ValueError(
                 "KOPS_EMBEDDER=openai needs KOPS_OPENAI_API_KEY or KOPS_OPENAI_API_KEY_FILE"
             )
+        if self.embedder == "openai" and self.broker_url is not None and self.cache_url is None:
+            raise ValueError(
+                "KOPS_EMBEDDER=openai with workers on a broker needs KOPS_CACHE_URL: the "
+                "concurrency limit all workers share lives in that Redis"
+            )
         return self
 
     @property

@@ -344,3 +344,19 @@ def test_a_search_while_the_provider_is_down_is_503_not_a_crash(
         openai_runtime.search.search(dataset, "anything", top_k=3, mode=SearchMode.VECTOR)
     assert "keyword search still works" in caught.value.message
     assert openai_runtime.search.search(dataset, "anything", top_k=3, mode=SearchMode.KEYWORD) == []
+
+
+def test_retry_after_as_an_http_date_and_408(provider: Provider, key_file: Path) -> None:
+    from knowledgeops.ingest.embedders.openai import _retry_after
+
+    assert _retry_after("Wed, 21 Oct 2015 07:28:00 -0000") == 0.0  # in the past, naive: UTC
+    assert _retry_after("12") == 12.0
+    assert _retry_after("soon") is None
+
+
+def test_an_empty_key_file_needs_the_user(provider: Provider, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.key"
+    empty.write_text("\n")
+    with pytest.raises(UserActionRequired) as caught:
+        make(provider, empty).embed(["a"])
+    assert caught.value.code == "embedder_key_missing"

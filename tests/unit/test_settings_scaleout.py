@@ -40,3 +40,16 @@ def test_secrets_and_urls_are_only_said_to_be_set() -> None:
     )
     assert "pw1" not in repr(shown)
     assert "pw2" not in repr(shown)
+
+
+def test_an_http_embedder_behind_a_broker_needs_the_shared_limits_redis(tmp_path: object) -> None:
+    with pytest.raises(SettingsError, match="needs KOPS_CACHE_URL"):
+        load_settings(embedder="openai", openai_api_key="k", broker_url="redis://h:6379/0")
+    load_settings(
+        embedder="openai",
+        openai_api_key="k",
+        broker_url="redis://h:6379/0",
+        cache_url="redis://h:6379/2",
+    )
+    with pytest.raises(SettingsError, match="KOPS_OPENAI_API_KEY or KOPS_OPENAI_API_KEY_FILE"):
+        load_settings(embedder="openai")

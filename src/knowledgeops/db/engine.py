@@ -18,6 +18,7 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000  # ms
 SQLITE_POOL_SIZE = 16  # connections kept open
 SQLITE_POOL_OVERFLOW = 64  # more opened under load
 CONNECT_TIMEOUT_S = 10  # s: a server that does not answer fails the connection, not the process
+IDLE_IN_TX_LIMIT_S = 120  # s: our transactions are short; one idle this long was abandoned
 
 
 def _sqlite_engine(url: str) -> Engine:
@@ -65,7 +66,12 @@ def create_db_engine(url: str) -> Engine:
         pool_size=10,
         max_overflow=10,
         pool_timeout=30,
-        connect_args={"connect_timeout": CONNECT_TIMEOUT_S},
+        connect_args={
+            "connect_timeout": CONNECT_TIMEOUT_S,
+            # a process frozen inside a transaction (SIGSTOP, a VM pause) must not hold its
+            # row locks for ever: PostgreSQL ends such a session after this long
+            "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TX_LIMIT_S * 1000}",
+        },
     )
 
 

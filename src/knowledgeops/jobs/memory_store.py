@@ -281,7 +281,7 @@ class MemoryJobStore:
                 max_attempts=job.attempt + extra_attempts,
                 stage=Stage.QUEUED,
                 finished_at=None,
-                run_after=None,
+                run_after=now,
                 error=None,
                 error_code=None,
                 error_category=None,

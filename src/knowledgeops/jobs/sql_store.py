@@ -341,7 +341,7 @@ class SqlJobStore:
                 "max_attempts": job.attempt + extra_attempts,
                 "stage": Stage.QUEUED.value,
                 "finished_at": None,
-                "run_after": None,
+                "run_after": now,  # due now; also where its wait for a worker starts
                 "error": None,
                 "error_code": None,
                 "error_category": None,
@@ -372,6 +372,12 @@ class SqlJobStore:
         rescued = []
         for job_id in ids:
             with self.db.write() as conn:
+                if not self.db.is_sqlite:  # a frozen worker may hold the row: skip it this pass
+                    held = conn.execute(
+                        select(J.c.id).where(J.c.id == job_id).with_for_update(skip_locked=True)
+                    ).first()
+                    if held is None:
+                        continue
                 job = self._load(conn, job_id)
                 if job is None or job.status is not JobStatus.RUNNING:
                     continue

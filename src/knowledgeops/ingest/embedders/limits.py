@@ -3,9 +3,9 @@
 `LocalLimit` is a semaphore for the threads of one process (the embedded default).
 `RedisLimit` is a semaphore in Redis for every process on every machine: each holder is a member
 of a sorted set scored by its lease's end (Redis' own clock), taken and counted in one Lua script,
-so a crashed holder's slot comes back when its lease runs out. When Redis does not answer, the
-limit falls back to this process's semaphore (and says so), so that a Redis outage slows nothing
-down by more than one process's share of the limit.
+so a crashed holder's slot comes back when its lease runs out. When Redis does not answer, each
+process falls back to a single slot of its own (and says so): the total then depends on how many
+processes run, but stays as low as it can without stopping work during a Redis outage.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class RedisLimit:
         self.wait_s = wait_s
         self._redis: Any = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
         self._acquire = self._redis.register_script(_ACQUIRE)
-        self._fallback = LocalLimit(size, wait_s=wait_s)
+        self._fallback = LocalLimit(1, wait_s=wait_s)
         self._errors = redis.RedisError
 
     @contextmanager

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -29,6 +30,7 @@ from knowledgeops.ingest.embedders.limits import ConcurrencyLimit
 log = logging.getLogger(__name__)
 
 MAX_ERROR_TEXT = 300  # characters of the provider's own message kept in a job error
+EMPTY_KEY_RETRY_S = 0.2  # s: an empty key file is read once more after this
 
 
 class KeySource:
@@ -70,6 +72,9 @@ class KeySource:
         assert self._file is not None
         try:
             key = self._file.read_text(encoding="utf-8").strip()
+            if not key:  # perhaps caught half-way through a rewrite: look once more
+                time.sleep(EMPTY_KEY_RETRY_S)
+                key = self._file.read_text(encoding="utf-8").strip()
         except OSError:
             raise self._missing() from None
         if not key:
@@ -144,10 +149,12 @@ class OpenAIEmbedder:
 
     def _vectors(self, response: httpx.Response, count: int) -> Vectors:
         status = response.status_code
-        if status == 429:
+        if status in (408, 429):
             raise TransientError(
-                "the embedding provider is rate limiting (429)",
-                code="rate_limited",
+                f"the embedding provider is rate limiting ({status})"
+                if status == 429
+                else "the embedding provider timed out (408)",
+                code="rate_limited" if status == 429 else "embedder_timeout",
                 retry_after_s=_retry_after(response.headers.get("retry-after")),
             )
         if status >= 500:
@@ -202,6 +209,8 @@ def _retry_after(value: str | None) -> float | None:
         return None
     import datetime as dt
 
+    if when.tzinfo is None:  # "-0000": UTC by RFC 5322
+        when = when.replace(tzinfo=dt.UTC)
     return max(0.0, (when - dt.datetime.now(dt.UTC)).total_seconds())
 
 
