@@ -251,12 +251,15 @@ def test_one_limit_is_shared_by_every_worker_process_through_redis(
     assert limit_name().holders() == 0  # every slot was given back
 
 
-def test_without_redis_the_limit_holds_in_this_process(provider: Provider, key_file: Path) -> None:
+def test_without_redis_each_process_falls_back_to_one_slot(
+    provider: Provider, key_file: Path
+) -> None:
+    """Work goes on during a Redis outage, as slowly as it can: one request at a time here."""
     provider.embedder.delay_s = 0.05
     limit = RedisLimit("redis://127.0.0.1:1/0", 3, lease_s=30)
-    _hammer([make(provider, key_file, limit=limit)], threads=9)
+    _hammer([make(provider, key_file, limit=limit)], threads=6)
     stats = provider.stats()
-    assert (stats["served"], stats["max_in_flight"]) == (9, 3)
+    assert (stats["served"], stats["max_in_flight"]) == (6, 1)
 
 
 # --- through the embedded runtime, as KOPS_EMBEDDER=openai ---------------------------------------
