@@ -171,8 +171,11 @@ class Services(ABC):
             notify=notify,
         )
         # queries go to the model directly: caching each one would cost a write per search
-        query_model = self.embedder.inner if isinstance(self.embedder, CachedEmbedder) else None
-        self.search = Search(self.db, self.datasets, self.index, query_model or self.embedder)
+        # queries go to the model directly: caching each one would cost a write per search
+        model = self.embedder.inner if isinstance(self.embedder, CachedEmbedder) else self.embedder
+        if isinstance(model, OpenAIEmbedder):
+            model = model.for_queries()  # a query does not queue behind ingestion for a slot
+        self.search = Search(self.db, self.datasets, self.index, model)
 
     @abstractmethod
     def notify(self) -> None:

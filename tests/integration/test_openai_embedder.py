@@ -3,6 +3,7 @@ fails, throttles, hangs or refuses keys on command; the shared concurrency limit
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -363,3 +364,20 @@ def test_an_empty_key_file_needs_the_user(provider: Provider, tmp_path: Path) ->
     with pytest.raises(UserActionRequired) as caught:
         make(provider, empty).embed(["a"])
     assert caught.value.code == "embedder_key_missing"
+
+
+def test_a_search_does_not_queue_behind_ingestion_for_a_provider_slot(
+    openai_runtime: Embedded,
+) -> None:
+    """Every slot of the shared limit is taken (as by busy workers): a vector search answers 503
+    after about one request's timeout instead of waiting for ingestion to finish."""
+    limit = openai_runtime.search.embedder.limit  # type: ignore[attr-defined]
+    dataset = openai_runtime.datasets.ensure_default().id
+    with contextlib.ExitStack() as held:
+        for _ in range(limit.size):
+            held.enter_context(limit.slot())
+        started = time.monotonic()
+        with pytest.raises(ServiceUnavailable) as caught:
+            openai_runtime.search.search(dataset, "kettle", top_k=3, mode=SearchMode.VECTOR)
+        assert caught.value.code == "search_embedder_busy"
+        assert time.monotonic() - started < 10  # the fixture's timeout is 2 s

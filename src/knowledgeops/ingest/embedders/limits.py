@@ -40,8 +40,9 @@ return 0
 
 
 class ConcurrencyLimit(Protocol):
-    def slot(self) -> AbstractContextManager[None]:
-        """Hold one of the limit's slots for the duration of the block."""
+    def slot(self, wait_s: float | None = None) -> AbstractContextManager[None]:
+        """Hold one of the limit's slots for the duration of the block; wait at most `wait_s`
+        (default: the limit's own) for one to come free, else TransientError(embedder_busy)."""
         ...
 
 
@@ -52,10 +53,11 @@ class LocalLimit:
         self._semaphore = threading.BoundedSemaphore(size)
 
     @contextmanager
-    def slot(self) -> Iterator[None]:
-        if not self._semaphore.acquire(timeout=self.wait_s):
+    def slot(self, wait_s: float | None = None) -> Iterator[None]:
+        wait = self.wait_s if wait_s is None else wait_s
+        if not self._semaphore.acquire(timeout=wait):
             raise TransientError(
-                f"no embedding slot came free within {self.wait_s:g} s", code="embedder_busy"
+                f"no embedding slot came free within {wait:g} s", code="embedder_busy"
             )
         try:
             yield
@@ -85,13 +87,13 @@ class RedisLimit:
         self._errors = redis.RedisError
 
     @contextmanager
-    def slot(self) -> Iterator[None]:
+    def slot(self, wait_s: float | None = None) -> Iterator[None]:
         token = uuid.uuid4().hex
         try:
-            self._take(token)
+            self._take(token, self.wait_s if wait_s is None else wait_s)
         except self._errors as exc:
             log.warning("the shared embedding limit is unavailable (%s); limiting locally", exc)
-            with self._fallback.slot():
+            with self._fallback.slot(wait_s):
                 yield
             return
         try:
@@ -100,12 +102,12 @@ class RedisLimit:
             with contextlib.suppress(self._errors):  # else the lease runs out by itself
                 self._redis.zrem(self.key, token)
 
-    def _take(self, token: str) -> None:
-        deadline = time.monotonic() + self.wait_s
+    def _take(self, token: str, wait_s: float) -> None:
+        deadline = time.monotonic() + wait_s
         while not self._acquire(keys=[self.key], args=[self.lease_s, self.size, token]):
             if time.monotonic() > deadline:
                 raise TransientError(
-                    f"no embedding slot came free within {self.wait_s:g} s", code="embedder_busy"
+                    f"no embedding slot came free within {wait_s:g} s", code="embedder_busy"
                 )
             time.sleep(POLL_S)
 

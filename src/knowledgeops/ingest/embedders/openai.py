@@ -103,6 +103,7 @@ class OpenAIEmbedder:
         keys: KeySource,
         limit: ConcurrencyLimit,
         timeout_s: float = 30.0,
+        slot_wait_s: float | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -111,6 +112,7 @@ class OpenAIEmbedder:
         self.keys = keys
         self.limit = limit
         self.timeout_s = timeout_s
+        self.slot_wait_s = slot_wait_s
         self._client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)))
         self.calls = 0
 
@@ -127,7 +129,7 @@ class OpenAIEmbedder:
         return self._vectors(response, len(texts))
 
     def _post(self, texts: Sequence[str], key: str) -> httpx.Response:
-        with self.limit.slot():
+        with self.limit.slot(self.slot_wait_s):
             try:
                 response = self._client.post(
                     f"{self.base_url}/embeddings",
@@ -190,6 +192,20 @@ class OpenAIEmbedder:
             )
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return np.asarray(vectors / np.maximum(norms, 1e-12), dtype=np.float32)
+
+    def for_queries(self) -> OpenAIEmbedder:
+        """The same provider, key and limit, for search queries: a query waits for a slot at
+        most as long as one request may take (a search should fail fast, not queue behind
+        ingestion)."""
+        return OpenAIEmbedder(
+            base_url=self.base_url,
+            model=self.model,
+            dimension=self.dimension,
+            keys=self.keys,
+            limit=self.limit,
+            timeout_s=self.timeout_s,
+            slot_wait_s=self.timeout_s,
+        )
 
     def close(self) -> None:
         self._client.close()
