@@ -85,9 +85,11 @@ class LocalRedis:
     root: Path
     port: int = field(default_factory=free_port)
     proc: Proc | None = None
+    password: str | None = None  # requirepass: clients must AUTH
 
     def url(self, db: int = 0) -> str:
-        return f"redis://127.0.0.1:{self.port}/{db}"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/{db}"
 
     def start(self) -> None:
         binary = shutil.which("redis-server")
@@ -95,13 +97,19 @@ class LocalRedis:
             raise TopologyError("redis-server is not installed (apt install redis-server)")
         args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
         args += ["--appendonly", "no", "--dir", str(self.root)]
+        if self.password:
+            args += ["--requirepass", self.password]
         self.proc = spawn("redis", args, dict(os.environ), self.root / "redis.log")
         deadline = time.monotonic() + 15
         import redis
 
         while True:
             try:
-                redis.Redis(port=self.port, socket_connect_timeout=0.5).ping()
+                client = redis.Redis(
+                    port=self.port, password=self.password, socket_connect_timeout=0.5
+                )
+                client.ping()
+                client.close()
                 return
             except redis.RedisError:
                 if time.monotonic() > deadline or not self.proc.alive():
