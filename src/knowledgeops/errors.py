@@ -94,6 +94,19 @@ class ServiceUnavailable(RequestError):
         self.retry_after_s = retry_after_s
 
 
+class TooManyRequests(RequestError):
+    """The service is busy with earlier work; try again after `retry_after_s`."""
+
+    code = "too_many_requests"
+    status_code = 429
+
+    def __init__(
+        self, message: str | None = None, *, code: str | None = None, retry_after_s: int = 30
+    ) -> None:
+        super().__init__(message, code=code)
+        self.retry_after_s = retry_after_s
+
+
 class JobError(KopsError):
     """The job could not be done."""
 

@@ -169,6 +169,7 @@ class Services(ABC):
             self.jobs,
             max_attempts=settings.max_attempts,
             notify=notify,
+            max_waiting_jobs=settings.max_waiting_jobs,
         )
         # queries go to the model directly: caching each one would cost a write per search
         # queries go to the model directly: caching each one would cost a write per search

@@ -52,6 +52,11 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     max_upload_mb: float = Field(100.0, gt=0, description="Largest accepted upload, in MiB.")
+    max_waiting_jobs: int = Field(
+        10_000,
+        ge=1,
+        description="Uploads get 429 with Retry-After while this many jobs wait for a worker.",
+    )
 
     # workers
     workers: int = Field(2, ge=1, le=64, description="Worker threads in the embedded default.")

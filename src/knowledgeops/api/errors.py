@@ -13,7 +13,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from knowledgeops.errors import RequestError, ServiceUnavailable
+from knowledgeops.errors import RequestError, ServiceUnavailable, TooManyRequests
 from knowledgeops.jobs.store import JobNotFound
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ def _field_name(loc: tuple[Any, ...]) -> str:
 async def on_request_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestError)
     headers = {}
-    if isinstance(exc, ServiceUnavailable):
+    if isinstance(exc, ServiceUnavailable | TooManyRequests):
         headers["Retry-After"] = str(exc.retry_after_s)
     return JSONResponse(error_body(exc.message, exc.code), exc.status_code, headers=headers)
 

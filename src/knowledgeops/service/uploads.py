@@ -13,13 +13,13 @@ import unicodedata
 import uuid
 from collections.abc import Callable
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from knowledgeops.blobs import StagedFile
 from knowledgeops.db.engine import Database
 from knowledgeops.db.schema import documents, ingest_jobs, utcnow
-from knowledgeops.errors import Conflict, InvalidRequest, UnsupportedMediaType
+from knowledgeops.errors import Conflict, InvalidRequest, TooManyRequests, UnsupportedMediaType
 from knowledgeops.ingest.parsers.base import ContentType
 from knowledgeops.ingest.parsers.sniff import describe_unsupported, sniff
 from knowledgeops.jobs.model import NewJob
@@ -30,6 +30,7 @@ from knowledgeops.service.jobs import Jobs
 from knowledgeops.service.views import Accepted
 
 MAX_NAME = 255
+BACKLOG_RETRY_AFTER_S = 30  # s: what a refused upload is told to wait
 # Unicode categories never shown in a name: controls, format characters (bidi overrides, zero
 # widths), surrogates, private use, unassigned.
 _HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
@@ -80,6 +81,7 @@ class Uploads:
         *,
         max_attempts: int,
         notify: Callable[[], None],
+        max_waiting_jobs: int = 10_000,
     ) -> None:
         self.db = db
         self.store = store
@@ -87,6 +89,24 @@ class Uploads:
         self.jobs = jobs
         self.max_attempts = max_attempts
         self.notify = notify
+        self.max_waiting_jobs = max_waiting_jobs
+
+    def check_backlog(self) -> None:
+        """Backpressure: refuse new uploads (429) while too many jobs wait for a worker, before
+        a byte of the file is stored. Jobs being worked on do not count, only those waiting."""
+        with self.db.read() as conn:
+            waiting = conn.scalar(
+                select(func.count()).where(
+                    ingest_jobs.c.status.in_([JobStatus.PENDING.value, JobStatus.RETRYING.value])
+                )
+            )
+        if waiting is not None and waiting >= self.max_waiting_jobs:
+            raise TooManyRequests(
+                f"{waiting} jobs are waiting for a worker (the limit is {self.max_waiting_jobs}, "
+                "KOPS_MAX_WAITING_JOBS); try again in a minute",
+                code="backlog_full",
+                retry_after_s=BACKLOG_RETRY_AFTER_S,
+            )
 
     def accept(
         self,

@@ -49,6 +49,7 @@ _UPLOAD_BODY = {
         409: {"model": ErrorPublic},
         413: {"model": ErrorPublic},
         415: {"model": ErrorPublic},
+        429: {"model": ErrorPublic, "description": "Too many jobs wait; see Retry-After."},
     },
 )
 async def upload(
@@ -58,6 +59,7 @@ async def upload(
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
 ) -> JSONResponse:
     key = check_idempotency_key(idempotency_key)
+    await run_in_threadpool(runtime.uploads.check_backlog)  # before a byte is stored
     received = await receive_upload(request, runtime.blobs, runtime.settings.max_upload_bytes)
     dataset = received.fields.get("datasetId", dataset_id)
     if dataset is not None and not _is_uuid(dataset):
