@@ -345,6 +345,29 @@ def _finish(
     return outcome
 
 
+def _job_mid_embedding(
+    topology: Topology, client: httpx.Client, job_ids: list[str], outcome: Outcome
+) -> tuple[str, int] | None:
+    """Wait for a job in the middle of embedding; its id and the worker process running it
+    (None, with the reason in `outcome`, when that does not happen)."""
+    target: dict[str, Any] = {}
+
+    def embedding() -> bool:
+        found = _running_owner(client, job_ids)
+        if found is not None:
+            target.update(found)
+        return found is not None
+
+    if not wait_until(embedding, timeout=60):
+        outcome.problems.append("no job reached the middle of embedding")
+        return None
+    pid = _worker_pid(topology, target["id"])
+    if pid is None:
+        outcome.problems.append("could not tell which worker process runs the job")
+        return None
+    return target["id"], pid
+
+
 def _running_owner(client: httpx.Client, job_ids: list[str]) -> dict[str, Any] | None:
     for job in jobs(client, job_ids).values():
         if job["status"] == "running" and job["stage"] == "embedding" and job["processedChunks"]:
@@ -358,26 +381,15 @@ def worker_killed_mid_embedding(lab: Lab) -> Outcome:
         lab.control(delay=0.5)  # a batch takes a while: there is a middle to kill in
         files = lab.corpus("kill_mid", 4 if lab.short else 12, paragraphs=8)
         job_ids = upload_all(client, files, outcome)
-        target: dict[str, Any] = {}
-
-        def embedding() -> bool:
-            found = _running_owner(client, job_ids)
-            if found is not None:
-                target.update(found)
-            return found is not None
-
-        if not wait_until(embedding, timeout=60):
-            outcome.problems.append("no job reached the middle of embedding")
+        found = _job_mid_embedding(topology, client, job_ids, outcome)
+        if found is None:
             return outcome
-        pid = _worker_pid(topology, target["id"])
-        if pid is None:
-            outcome.problems.append("could not tell which worker process runs the job")
-            return outcome
-        _kill(pid)
+        target_id, pid = found
+        os.kill(pid, signal.SIGKILL)
         fault_at = time.monotonic()
         lab.control(delay=0.0)
         _finish(lab, topology, client, job_ids, outcome, fault_at)
-        if client.get(f"/docs/jobs/{target['id']}").json()["attempt"] < 2:
+        if client.get(f"/docs/jobs/{target_id}").json()["attempt"] < 2:
             outcome.problems.append("the killed job was not run again")
         return outcome
 
@@ -388,27 +400,16 @@ def worker_paused_past_its_lease(lab: Lab) -> Outcome:
         lab.control(delay=0.5)
         files = lab.corpus("paused", 3 if lab.short else 8, paragraphs=8)
         job_ids = upload_all(client, files, outcome)
-        target: dict[str, Any] = {}
-
-        def embedding() -> bool:
-            found = _running_owner(client, job_ids)
-            if found is not None:
-                target.update(found)
-            return found is not None
-
-        if not wait_until(embedding, timeout=60):
-            outcome.problems.append("no job reached the middle of embedding")
+        found = _job_mid_embedding(topology, client, job_ids, outcome)
+        if found is None:
             return outcome
-        pid = _worker_pid(topology, target["id"])
-        if pid is None:
-            outcome.problems.append("could not tell which worker process runs the job")
-            return outcome
+        target_id, pid = found
         os.kill(pid, signal.SIGSTOP)
         fault_at = time.monotonic()
         lab.control(delay=0.0)
 
         def taken_over() -> bool:
-            job = client.get(f"/docs/jobs/{target['id']}").json()
+            job = client.get(f"/docs/jobs/{target_id}").json()
             return bool(job["status"] == "completed")
 
         try:
@@ -586,10 +587,6 @@ def _worker_pid(topology: Topology, job_id: str) -> int | None:
     # worker-<host>-<pid>-<random>
     parts = str(owner or "").split("-")
     return int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else None
-
-
-def _kill(pid: int) -> None:
-    os.kill(pid, signal.SIGKILL)
 
 
 SCENARIOS: dict[str, Callable[[Lab], Outcome]] = {
