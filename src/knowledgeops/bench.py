@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -112,10 +113,22 @@ def _wait_ready(client: httpx.Client, started: float, log: Path) -> float:
 
 
 def _measure(
-    files: list[Path], url: str, started: float, workers: int, timeout_s: float, log: Path
+    files: list[Path],
+    url: str,
+    started: float,
+    workers: int,
+    timeout_s: float,
+    log: Path,
+    api_key: str | None = None,
 ) -> EmbeddedFigures:
+    """`api_key`: default, the key `kops serve` printed at its first start (in `log`)."""
     with httpx.Client(base_url=url, timeout=120) as client:
         ready_s = _wait_ready(client, started, log)
+        if api_key is None:
+            printed = re.search(r"kops_[A-Za-z0-9_-]{43}", log.read_text(errors="replace"))
+            api_key = printed.group(0) if printed else None
+        if api_key:
+            client.headers["Authorization"] = f"Bearer {api_key}"
         accepts: list[float] = []
         submitted: dict[str, float] = {}
         began = time.perf_counter()

@@ -78,7 +78,9 @@ def _one_run(
         started = time.perf_counter()
         topology.start(workers=workers, concurrency=1)
         log = topology.root / "logs" / "api1.log"
-        figures = _measure(files, topology.url, started, workers, timeout_s, log)
+        figures = _measure(
+            files, topology.url, started, workers, timeout_s, log, api_key=topology.api_key
+        )
     finally:
         topology.stop()
     figures.extra["model_threads_per_worker"] = threads

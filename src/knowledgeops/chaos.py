@@ -377,7 +377,7 @@ def _running_owner(client: httpx.Client, job_ids: list[str]) -> dict[str, Any] |
 
 def worker_killed_mid_embedding(lab: Lab) -> Outcome:
     outcome = Outcome("kill -9 a worker process mid-embedding")
-    with lab.topology("kill_mid") as topology, httpx.Client(base_url=topology.url) as client:
+    with lab.topology("kill_mid") as topology, topology.client() as client:
         lab.control(delay=0.5)  # a batch takes a while: there is a middle to kill in
         files = lab.corpus("kill_mid", 4 if lab.short else 12, paragraphs=8)
         job_ids = upload_all(client, files, outcome)
@@ -396,7 +396,7 @@ def worker_killed_mid_embedding(lab: Lab) -> Outcome:
 
 def worker_paused_past_its_lease(lab: Lab) -> Outcome:
     outcome = Outcome("worker paused past its lease (SIGSTOP), then resumed")
-    with lab.topology("paused") as topology, httpx.Client(base_url=topology.url) as client:
+    with lab.topology("paused") as topology, topology.client() as client:
         lab.control(delay=0.5)
         files = lab.corpus("paused", 3 if lab.short else 8, paragraphs=8)
         job_ids = upload_all(client, files, outcome)
@@ -432,7 +432,7 @@ def killed_before_complete(lab: Lab) -> Outcome:
     env = {"KOPS_FAULT": "before_complete", "KOPS_FAULT_ONCE": str(marker)}
     with (
         lab.topology("before_complete", worker_env=env) as topology,
-        httpx.Client(base_url=topology.url) as client,
+        topology.client() as client,
     ):
         job_ids = upload_all(client, lab.corpus("before_complete", 3 if lab.short else 8), outcome)
         if not wait_until(marker.exists, timeout=120):
@@ -447,7 +447,7 @@ def killed_before_complete(lab: Lab) -> Outcome:
 def broker_down(lab: Lab) -> Outcome:
     outage = 8.0 if lab.short else 60.0
     outcome = Outcome(f"Redis stopped {outage:g} s during uploads")
-    with lab.topology("broker_down") as topology, httpx.Client(base_url=topology.url) as client:
+    with lab.topology("broker_down") as topology, topology.client() as client:
         files = lab.corpus("broker_down", 6 if lab.short else 20)
         half = len(files) // 2
         job_ids = upload_all(client, files[:half], outcome)
@@ -463,7 +463,7 @@ def broker_down(lab: Lab) -> Outcome:
 
 def postgres_restart(lab: Lab) -> Outcome:
     outcome = Outcome("PostgreSQL restarted while workers run")
-    with lab.topology("pg_restart") as topology, httpx.Client(base_url=topology.url) as client:
+    with lab.topology("pg_restart") as topology, topology.client() as client:
         lab.control(delay=0.2)
         files = lab.corpus("pg_restart", 5 if lab.short else 12)
         job_ids = upload_all(client, files[:-1], outcome)
@@ -491,7 +491,7 @@ def relay_killed(lab: Lab) -> Outcome:
     outcome = Outcome("active relay killed (two relays), then restarted")
     with (
         lab.topology("relay_killed", relays=2) as topology,
-        httpx.Client(base_url=topology.url) as client,
+        topology.client() as client,
     ):
         files = lab.corpus("relay_killed", 6 if lab.short else 16)
         half = len(files) // 2
@@ -513,7 +513,7 @@ def relay_killed(lab: Lab) -> Outcome:
 
 def provider_errors(lab: Lab) -> Outcome:
     outcome = Outcome("provider 429s and 500s, then 401 until the key is fixed")
-    with lab.topology("provider") as topology, httpx.Client(base_url=topology.url) as client:
+    with lab.topology("provider") as topology, topology.client() as client:
         count = 4 if lab.short else 10
         lab.control(mode="throttle", count=count, retry_after=0.5)
         fault_at = time.monotonic()
@@ -546,7 +546,7 @@ def duplicate_delivery(lab: Lab) -> Outcome:
     from knowledgeops.jobs.celery_dispatch import CeleryDispatcher, make_celery
 
     outcome = Outcome("every message delivered twice, and again after completion")
-    with lab.topology("duplicates") as topology, httpx.Client(base_url=topology.url) as client:
+    with lab.topology("duplicates") as topology, topology.client() as client:
         lab.control(delay=0.05)
         job_ids = upload_all(client, lab.corpus("duplicates", 6 if lab.short else 20), outcome)
         dispatcher = CeleryDispatcher(

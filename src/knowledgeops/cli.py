@@ -396,6 +396,10 @@ from knowledgeops import cli_scaleout  # noqa: E402  (registers after the embedd
 
 cli_scaleout.register(app)
 
+from knowledgeops import cli_keys  # noqa: E402
+
+cli_keys.register(app)
+
 
 def main() -> None:
     app()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,13 @@ class ClientError(Exception):
 
 
 class Client:
-    def __init__(self, base_url: str, *, timeout: float = 60.0) -> None:
+    """`api_key`: sent as `Authorization: Bearer …`; default: the KOPS_API_KEY variable."""
+
+    def __init__(self, base_url: str, *, timeout: float = 60.0, api_key: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
+        key = api_key if api_key is not None else os.environ.get("KOPS_API_KEY")
+        headers = {"Authorization": f"Bearer {key.strip()}"} if key else {}
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers)
 
     def close(self) -> None:
         self._http.close()
@@ -55,6 +60,8 @@ class Client:
                 message, code = body.get("error", response.text), body.get("code")
             except ValueError:
                 message, code = response.text or response.reason_phrase, None
+            if response.status_code == 401:
+                message = f"{message} (the kops CLI sends the key in KOPS_API_KEY)"
             raise ClientError(message, status=response.status_code, code=code)
         return response.json() if response.content else None
 

@@ -67,6 +67,13 @@ class Conflict(RequestError):
     status_code = 409
 
 
+class Unauthorized(RequestError):
+    """No valid API key came with the request."""
+
+    code = "unauthorized"
+    status_code = 401
+
+
 class PayloadTooLarge(RequestError):
     """The upload is larger than this server accepts."""
 

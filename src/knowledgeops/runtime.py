@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -41,6 +42,7 @@ from knowledgeops.ingest.embedders.openai import KeySource, OpenAIEmbedder
 from knowledgeops.ingest.index.pgvector import PgVectorIndex
 from knowledgeops.ingest.index.sqlite import SqliteIndex
 from knowledgeops.ingest.lifecycle import DocumentLifecycle
+from knowledgeops.ingest.parsers.isolated import InlineParsing, IsolatedParsing
 from knowledgeops.ingest.pipeline import IngestPipeline
 from knowledgeops.jobs.dispatch import Dispatcher
 from knowledgeops.jobs.heartbeat import Heartbeat
@@ -56,6 +58,7 @@ from knowledgeops.service.blob_refs import sweep_unreferenced
 from knowledgeops.service.datasets import DatasetDefaults, Datasets
 from knowledgeops.service.documents import Documents
 from knowledgeops.service.jobs import Jobs
+from knowledgeops.service.keys import DEFAULT_TENANT, ApiKeys
 from knowledgeops.service.search import Search
 from knowledgeops.service.uploads import Uploads
 from knowledgeops.settings import Settings
@@ -152,6 +155,7 @@ class Services(ABC):
         defaults = DatasetDefaults(
             self.embedder.model_id, settings.chunk_size, settings.chunk_overlap
         )
+        self.keys = ApiKeys(self.db)
         self.datasets = Datasets(self.db, self.index, self.blobs, defaults)
         self.jobs = Jobs(self.db, self.store, retry_attempts=settings.max_attempts, notify=notify)
         self.documents = Documents(
@@ -192,6 +196,23 @@ class Services(ABC):
     def readiness(self) -> dict[str, object]:
         """What /readyz reports; `ready` says whether the process can serve."""
 
+    def _check_auth(self, *, first_key: bool) -> None:
+        """Warn when the API runs open; on a database without any key, create the first one
+        (embedded default) and print it once: only its hash is kept."""
+        if self.settings.auth == "off":
+            log.warning(
+                "KOPS_AUTH=off: the API is open to anyone who can reach it, all as one tenant; "
+                "use this only on a trusted machine"
+            )
+            return
+        secret = self.keys.ensure_first_key() if first_key else None
+        if secret is not None:
+            print_first_key(secret)
+        elif self.keys.count_active() == 0:
+            log.warning(
+                "no active API key: every request gets 401; create one with `kops keys create`"
+            )
+
     def _database_check(self) -> str:
         try:
             self.db.ping()
@@ -200,9 +221,26 @@ class Services(ABC):
         return "ok"
 
 
+def print_first_key(secret: str) -> None:
+    """The first key goes to the terminal (stderr) once, not through logging: logs are kept
+    and shipped, and must never hold a secret."""
+    sys.stderr.write(
+        "\n"
+        "  An API key was created for the default tenant. It is shown only this once:\n\n"
+        f"      {secret}\n\n"
+        "  Send it as `Authorization: Bearer <key>` (the kops CLI reads KOPS_API_KEY).\n"
+        "  More keys: `kops keys create --tenant T --name N`; list: `kops keys list`.\n\n"
+    )
+    sys.stderr.flush()
+
+
 def make_pipeline(
     settings: Settings, db: Database, blobs: LocalBlobStore, index: Index, embedder: Embedder
 ) -> IngestPipeline:
+    limits = settings.parse_limits
+    parsing = (
+        IsolatedParsing(limits) if settings.parse_isolation == "process" else InlineParsing(limits)
+    )
     return IngestPipeline(
         db,
         blobs,
@@ -210,6 +248,7 @@ def make_pipeline(
         embedder,
         HFTokenizer(load_tokenizer()),
         batch_size=settings.embed_batch_size,
+        parsing=parsing,
     )
 
 
@@ -259,7 +298,8 @@ class Embedded(Services):
         self.acquire()
         upgrade(self.db.engine)
         self.index.ensure()
-        self.datasets.ensure_default()
+        self.datasets.ensure_default(DEFAULT_TENANT)
+        self._check_auth(first_key=True)
         leftovers = self.blobs.clear_incoming()
         orphans = sweep_unreferenced(self.db, self.blobs)
         if leftovers or orphans:
@@ -278,6 +318,7 @@ class Embedded(Services):
 
     def stop(self) -> None:
         self.workers.stop(timeout=self.settings.shutdown_grace_s)
+        self.pipeline.parsing.close()
         self._release_unfinished()
         self.relay.stop()
         self.heartbeat.stop()
@@ -331,7 +372,8 @@ class ApiRuntime(Services):
         check_database(self.db)
         check_schema(self.db)
         check_index(self.index, self.db)
-        self.datasets.ensure_default()
+        self.datasets.ensure_default(DEFAULT_TENANT)
+        self._check_auth(first_key=False)  # keys come from `kops keys create` here
         preload(self.embedder)  # search embeds queries
         self.started_at = time.perf_counter()
         log.info("api runtime started in %.2f s", self.started_at - started)
@@ -406,6 +448,7 @@ class WorkerRuntime:
             except Exception:
                 log.warning("job %s: could not be released at shutdown", lease.job_id)
         self.heartbeat.stop()
+        self.pipeline.parsing.close()
         self.db.dispose()
 
 

@@ -13,6 +13,8 @@ from typing import Literal, Self
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from knowledgeops.ingest.parsers.limits import ParseLimits
+
 HARD_LIMIT_GRACE_S = 30.0  # s: after a job's time limit, it gets this long before it is killed
 MODEL_MAX_TOKENS = 256  # all-MiniLM-L6-v2 reads at most 256 tokens, [CLS] and [SEP] included
 
@@ -52,6 +54,18 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     max_upload_mb: float = Field(100.0, gt=0, description="Largest accepted upload, in MiB.")
+    auth: Literal["on", "off"] = Field(
+        "on",
+        description="on: every endpoint but /healthz, /readyz and /metrics needs an API key "
+        "(`kops keys create`); off: open, one tenant (a warning is logged at start).",
+    )
+    metrics_token: SecretStr | None = Field(
+        None, description="If set, /metrics needs `Authorization: Bearer <this token>`."
+    )
+    rate_limit: str = Field(
+        "1200/minute",
+        description="Requests per API key (limits notation: N/second|minute|hour); over it: 429.",
+    )
     max_waiting_jobs: int = Field(
         10_000,
         ge=1,
@@ -92,6 +106,22 @@ class Settings(BaseSettings):
     embed_batch_size: int = Field(32, ge=1, le=1024)
     chunk_size: int = Field(200, ge=16, description="Tokens per chunk (model tokenizer).")
     chunk_overlap: int = Field(30, ge=0, description="Tokens shared by neighbouring chunks.")
+
+    # what one document may cost to parse (a document over a limit fails with a message
+    # naming the limit; ingest/parsers/limits.py)
+    max_pdf_pages: int = Field(5_000, ge=1, description="Pages of one PDF.")
+    max_unzipped_mb: float = Field(1_024.0, gt=0, description="A DOCX package, unpacked, in MiB.")
+    max_zip_ratio: float = Field(200.0, ge=10, description="Inflation ratio of one DOCX part.")
+    max_html_mb: float = Field(64.0, gt=0, description="One HTML page, in MiB.")
+    max_text_chars: int = Field(50_000_000, ge=1, description="Text of one document.")
+    max_chunks_per_document: int = Field(100_000, ge=1)
+    parse_timeout_s: float = Field(600.0, gt=0, description="Parsing of one document, at most.")
+    parse_memory_mb: int = Field(4_096, ge=256, description="Parser process address space.")
+    parse_isolation: Literal["process", "inline"] = Field(
+        "process",
+        description="process: parsers run in a child process that a hostile file can crash or "
+        "hang without harm; inline: in the worker thread (debugging only).",
+    )
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -149,6 +179,19 @@ class Settings(BaseSettings):
         if self.database_url is not None:
             return self.database_url.get_secret_value()
         return f"sqlite:///{(self.data_dir / 'kops.db').resolve()}"
+
+    @property
+    def parse_limits(self) -> ParseLimits:
+        return ParseLimits(
+            max_pdf_pages=self.max_pdf_pages,
+            max_unzipped_mb=self.max_unzipped_mb,
+            max_zip_ratio=self.max_zip_ratio,
+            max_html_mb=self.max_html_mb,
+            max_text_chars=self.max_text_chars,
+            max_chunks=self.max_chunks_per_document,
+            parse_timeout_s=self.parse_timeout_s,
+            parse_memory_mb=self.parse_memory_mb,
+        )
 
     @property
     def max_upload_bytes(self) -> int:

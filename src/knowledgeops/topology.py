@@ -141,6 +141,7 @@ class Topology:
     settings: dict[str, Any] = field(default_factory=dict)
     api_port: int = field(default_factory=free_port)
     procs: list[Proc] = field(default_factory=list)
+    api_key: str | None = None
 
     @property
     def url(self) -> str:
@@ -166,9 +167,20 @@ class Topology:
         )
 
     def migrate(self) -> None:
+        """`kops migrate`, then `kops keys create`: the key `client()` sends."""
         done = self.run("migrate")
         if done.returncode != 0:
             raise TopologyError(f"kops migrate failed:\n{done.stdout}\n{done.stderr}")
+        if self.api_key is None:
+            made = self.run("keys", "create", "--name", "topology harness")
+            if made.returncode != 0:
+                raise TopologyError(f"kops keys create failed:\n{made.stdout}\n{made.stderr}")
+            self.api_key = made.stdout.strip()
+
+    def client(self, timeout: float = 30.0) -> httpx.Client:
+        """An HTTP client for the API, with the harness's API key."""
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return httpx.Client(base_url=self.url, timeout=timeout, headers=headers)
 
     # --- processes ------------------------------------------------------------------------------
     def _spawn(self, role: str, *args: str, raw_env: dict[str, str] | None = None) -> Proc:

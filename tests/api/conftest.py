@@ -151,7 +151,9 @@ def make_client(
     clients: list[TestClient] = []
     with ExitStack() as stack:
 
-        def make(*, raise_server_exceptions: bool = True, **overrides: Any) -> TestClient:
+        def make(
+            *, raise_server_exceptions: bool = True, tenant: str = "default", **overrides: Any
+        ) -> TestClient:
             if database_url is not None and not clients:  # a second client: its own SQLite
                 overrides.setdefault("database_url", database_url)
             runtime = make_runtime(start=False, **overrides)
@@ -159,6 +161,9 @@ def make_client(
             client = stack.enter_context(
                 TestClient(app, raise_server_exceptions=raise_server_exceptions)
             )
+            if runtime.settings.auth == "on":  # every request carries a key of `tenant`
+                _, secret = runtime.keys.create(tenant, "tests")
+                client.headers["Authorization"] = f"Bearer {secret}"
             client.runtime = runtime  # type: ignore[attr-defined]
             clients.append(client)
             return client

@@ -9,6 +9,7 @@ failed test. `run_kops(...)` runs any other `kops` command to the end and return
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -26,6 +27,9 @@ import pytest
 READY_TIMEOUT_S = 60.0
 KOPS = [sys.executable, "-m", "knowledgeops.cli"]
 _LOGS = pytest.StashKey[list[Path]]()
+
+
+FIRST_KEY = re.compile(r"kops_[A-Za-z0-9_-]{43}")
 
 
 def free_port() -> int:
@@ -56,10 +60,21 @@ class Server:
     log_path: Path
     launched_at: float  # time.perf_counter() just before the process was started
     ready_s: float | None = None  # seconds from launch to the first 200 from /readyz
+    api_key: str | None = None  # printed by the first start on its data folder; sent by `http`
     http: httpx.Client = field(init=False)
 
     def __post_init__(self) -> None:
         self.http = httpx.Client(base_url=self.url, timeout=60.0)
+
+    def use_key(self, key: str | None) -> None:
+        self.api_key = key
+        if key:
+            self.http.headers["Authorization"] = f"Bearer {key}"
+
+    def printed_key(self) -> str | None:
+        """The API key the server printed at its first start on a new data folder."""
+        found = FIRST_KEY.search(self.log())
+        return found.group(0) if found else None
 
     @property
     def pid(self) -> int:
@@ -155,6 +170,7 @@ def kops_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Call
     """`kops_server(data_dir=None, wait=True, **settings)` starts `kops serve` (a new data folder
     under tmp_path unless `data_dir` is given) and, with `wait`, returns once /readyz says 200."""
     servers: list[Server] = []
+    keys: dict[Path, str | None] = {}  # the first key of each data folder, for its restarts
     logs = request.node.stash.setdefault(_LOGS, [])
 
     def start(*, data_dir: Path | None = None, wait: bool = True, **settings: Any) -> Server:
@@ -178,6 +194,8 @@ def kops_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Call
         servers.append(server)
         if wait:
             server.wait_ready()
+            keys.setdefault(data_dir, server.printed_key())
+            server.use_key(keys[data_dir])
         return server
 
     yield start
@@ -221,10 +239,13 @@ def run_kops(
     timeout: float = 120.0,
     cwd: Path | None = None,
     columns: int | None = None,
+    api_key: str | None = None,
 ) -> Result:
     """Run `kops ARGS…` to the end (killed after `timeout`); `columns`: the terminal width rich
-    assumes (default 200)."""
+    assumes (default 200); `api_key`: in KOPS_API_KEY."""
     env = kops_env(data_dir)
+    if api_key is not None:
+        env["KOPS_API_KEY"] = api_key
     if columns is not None:
         env["COLUMNS"] = str(columns)
     started = time.perf_counter()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_for
-from tests.e2e.conftest import KOPS, Server, free_port, kops_env, run_kops
+from tests.e2e.conftest import FIRST_KEY, KOPS, Server, free_port, kops_env, run_kops
 from tests.e2e.corpus import long_text
 from tests.fixtures.documents import (
     make_corrupt_pdf,
@@ -67,7 +67,7 @@ def test_kops_ingest_cli(kops_server: Callable[..., Server], tmp_path: Path) -> 
     shutil.copy(batch / "lighthouses.txt", good / "lighthouses-copy.txt")
     make_text(good / "bees.txt", "Worker bees dance to show where the flowers are.\n")
     make_text(good / "café.txt", "Le café crème se boit le matin à Paris.\n", encoding="latin-1")
-    result = run_kops("ingest", str(good), "--url", server.url)
+    result = run_kops("ingest", str(good), "--url", server.url, api_key=server.api_key)
     assert result.returncode == 0, result
     assert "3 documents ingested" in result.stdout, result
     assert "Traceback" not in result.output, result
@@ -86,7 +86,7 @@ def test_kops_ingest_cli(kops_server: Callable[..., Server], tmp_path: Path) -> 
 
 def check_ingest_with_failures(server: Server, batch: Path) -> None:
     """`kops ingest` of 3 good files and 2 that fail: exit 1, each failure named with why."""
-    result = run_kops("ingest", str(batch), "--url", server.url)
+    result = run_kops("ingest", str(batch), "--url", server.url, api_key=server.api_key)
     out = _one_line(result.output)
     assert result.returncode == 1, result
     assert "Traceback" not in result.output, result
@@ -115,12 +115,18 @@ def check_ingest_with_failures(server: Server, batch: Path) -> None:
 def check_search(server: Server) -> None:
     """`kops search`: the expected file first, document text printed as it is (not markup)."""
     result = run_kops(
-        "search", "who looked after the lamps that warned sailors at night", "--url", server.url
+        "search",
+        "who looked after the lamps that warned sailors at night",
+        "--url",
+        server.url,
+        api_key=server.api_key,
     )
     assert result.returncode == 0, result
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     assert lines[0].startswith("1. lighthouses.txt"), result
-    result = run_kops("search", "formula for the height of the tide", "--url", server.url)
+    result = run_kops(
+        "search", "formula for the height of the tide", "--url", server.url, api_key=server.api_key
+    )
     assert result.returncode == 0, result
     assert result.stdout.startswith("1. tides.md"), result
     assert "a[/1]" in result.stdout, result
@@ -132,13 +138,13 @@ def check_jobs(server: Server, *, total: int, failed: int) -> None:
     listed = server.http.get("/docs/jobs").json()
     assert listed["total"] == total
     for columns in (200, 80):
-        result = run_kops("jobs", "--url", server.url, columns=columns)
+        result = run_kops("jobs", "--url", server.url, columns=columns, api_key=server.api_key)
         assert result.returncode == 0, result
         for job in listed["items"]:
             assert job["id"] in result.stdout, (columns, job["id"], result)
         assert f"{total} of {total} jobs" in result.stdout, result
         assert "no text layer" in result.stdout, result
-    result = run_kops("jobs", "--status", "failed", "--url", server.url)
+    result = run_kops("jobs", "--status", "failed", "--url", server.url, api_key=server.api_key)
     assert result.returncode == 0, result
     assert f"{failed} of {failed} jobs" in result.stdout, result
 
@@ -153,7 +159,7 @@ def test_kops_ingest_when_the_server_dies(
     make_text(folder / "long.txt", long_text("dies", 30, seed=3))
     follower = subprocess.Popen(
         [*KOPS, "ingest", str(folder), "--url", server.url],
-        env=kops_env(),
+        env={**kops_env(), "KOPS_API_KEY": server.api_key or ""},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -216,12 +222,14 @@ def test_kops_cancel_and_kops_retry(kops_server: Callable[..., Server], tmp_path
     wait_for(lambda: server.job(long_job["jobId"])["status"] == "running", what="the long job")
     assert server.job(waiting_job["jobId"])["status"] == "pending"
 
-    cancelled = run_kops("cancel", waiting_job["jobId"], "--url", server.url)
+    cancelled = run_kops(
+        "cancel", waiting_job["jobId"], "--url", server.url, api_key=server.api_key
+    )
     assert cancelled.returncode == 0, cancelled.output
     assert f"job {waiting_job['jobId']}: cancelled" in cancelled.output
     assert server.job(waiting_job["jobId"])["status"] == "cancelled"
 
-    retried = run_kops("retry", waiting_job["jobId"], "--url", server.url)
+    retried = run_kops("retry", waiting_job["jobId"], "--url", server.url, api_key=server.api_key)
     assert retried.returncode == 0, retried.output
     assert f"job {waiting_job['jobId']}: pending" in retried.output
     done = wait_for(
@@ -231,6 +239,47 @@ def test_kops_cancel_and_kops_retry(kops_server: Callable[..., Server], tmp_path
     )
     assert done
 
-    again = run_kops("cancel", waiting_job["jobId"], "--url", server.url)
+    again = run_kops("cancel", waiting_job["jobId"], "--url", server.url, api_key=server.api_key)
     assert again.returncode == 1
     assert "error:" in again.output
+
+
+def test_kops_keys_against_a_running_server(
+    kops_server: Callable[..., Server], tmp_path: Path
+) -> None:
+    """The first start prints one key; `kops keys create` prints a new key alone on stdout
+    (usable as `KEY=$(kops keys create …)`), `list` shows prefixes only, `revoke` takes effect
+    at the next request; the CLI's 401 names KOPS_API_KEY."""
+    server = kops_server()
+    first = server.api_key
+    assert first is not None
+    assert server.log().count(first) == 1  # printed once, never logged again
+    created = run_kops(
+        "keys", "create", "--tenant", "team-b", "--name", "ci", data_dir=server.data_dir
+    )
+    assert created.returncode == 0, created
+    team_b = created.stdout.strip()
+    assert FIRST_KEY.fullmatch(team_b), created
+    listed = run_kops("keys", "list", data_dir=server.data_dir)
+    assert listed.returncode == 0, listed
+    assert team_b[:12] in listed.stdout
+    assert team_b not in listed.stdout
+    assert first not in listed.stdout
+    assert "team-b" in listed.stdout
+
+    # team-b sees none of the default tenant's datasets, through the CLI too
+    mine = run_kops("jobs", "--url", server.url, api_key=team_b)
+    assert mine.returncode == 0, mine
+    revoked = run_kops("keys", "revoke", team_b[:12], data_dir=server.data_dir)
+    assert revoked.returncode == 0, revoked
+    refused = run_kops("jobs", "--url", server.url, api_key=team_b)
+    assert refused.returncode == 1
+    assert "revoked" in refused.stderr
+    assert "KOPS_API_KEY" in refused.stderr
+    anonymous = run_kops("jobs", "--url", server.url)
+    assert anonymous.returncode == 1
+    assert "KOPS_API_KEY" in anonymous.stderr
+    bad_tenant = run_kops("keys", "create", "--tenant", "Bad Tenant!", data_dir=server.data_dir)
+    assert bad_tenant.returncode == 1
+    assert "tenant" in bad_tenant.stderr
+    assert "Traceback" not in bad_tenant.output

@@ -65,14 +65,14 @@ def upload(runtime: Embedded, tmp: Path, name: str, body: str) -> JobView:
     staged = runtime.blobs.stage(10_000_000)
     staged.write(body.encode())
     accepted = runtime.uploads.accept(
-        staged, file_name=name, declared_type=None, dataset_id=None, idempotency_key=None
+        "default", staged, file_name=name, declared_type=None, dataset_id=None, idempotency_key=None
     )
     return accepted.job
 
 
 def done(runtime: Embedded, job_id: str, statuses: tuple[str, ...] = ("completed",)) -> JobView:
     return wait_for(  # type: ignore[no-any-return]
-        lambda: (job := runtime.jobs.get(job_id)).status in statuses and job
+        lambda: (job := runtime.jobs.get("default", job_id)).status in statuses and job
     )
 
 
@@ -142,7 +142,7 @@ def test_a_retry_after_partial_writes_leaves_no_duplicates(
     assert {generation for generation, _ in rows} == {1}
     assert index_rows(runtime) == (len(rows),) * 3
     hits = runtime.search.search(
-        finished.dataset_id, "ownership example", top_k=100, mode=SearchMode.KEYWORD
+        "default", finished.dataset_id, "ownership example", top_k=100, mode=SearchMode.KEYWORD
     )
     assert len(hits) == finished.total_chunks
 
@@ -154,7 +154,7 @@ def test_a_second_delivery_of_a_running_or_finished_job_is_skipped(
     embedder.gate.clear()  # hold the first batch until we have redelivered
     runtime = make_runtime(embedder=embedder, workers=2)
     job = upload(runtime, tmp_path, "traits.txt", long_text("traits"))
-    wait_for(lambda: runtime.jobs.get(job.id).status == "running")
+    wait_for(lambda: runtime.jobs.get("default", job.id).status == "running")
     assert runtime.runner.run_job(job.id) is Outcome.SKIPPED
     runtime.queue.publish(job.id)  # a duplicate publish reaches the other worker
     embedder.gate.set()
@@ -170,19 +170,23 @@ def test_a_failed_reindex_keeps_the_previous_generation_searchable(
     embedder = FlakyEmbedder()
     runtime = make_runtime(embedder=embedder, workers=1, max_attempts=1)
     first = done(runtime, upload(runtime, tmp_path, "closures.txt", long_text("closures")).id)
-    before = runtime.search.search(first.dataset_id, "closures", top_k=100, mode=SearchMode.KEYWORD)
+    before = runtime.search.search(
+        "default", first.dataset_id, "closures", top_k=100, mode=SearchMode.KEYWORD
+    )
     embedder.fail_on = {embedder.calls + 2}  # the reindex fails after writing one batch
-    reindex_id = runtime.documents.reindex(first.document_id)
+    reindex_id = runtime.documents.reindex("default", first.document_id)
     failed = done(runtime, reindex_id, ("failed",))
     assert (failed.kind, failed.error_code, failed.error_category) == (
         "reindex",
         "embedder_timeout",
         "transient",
     )
-    after = runtime.search.search(first.dataset_id, "closures", top_k=100, mode=SearchMode.KEYWORD)
+    after = runtime.search.search(
+        "default", first.dataset_id, "closures", top_k=100, mode=SearchMode.KEYWORD
+    )
     assert [h.chunk_id for h in after] == [h.chunk_id for h in before]
     assert {g for g, _ in chunk_rows(runtime, first.document_id)} == {1}  # partial gen 2 gone
-    document = runtime.documents.get(first.document_id)
+    document = runtime.documents.get("default", first.document_id)
     assert (document.searchable, document.active_generation, document.status) == (
         True,
         1,
@@ -195,12 +199,12 @@ def test_a_successful_reindex_switches_generations_atomically(
 ) -> None:
     runtime = make_runtime(workers=1)
     first = done(runtime, upload(runtime, tmp_path, "iter.txt", long_text("iterators")).id)
-    reindexed = done(runtime, runtime.documents.reindex(first.document_id))
+    reindexed = done(runtime, runtime.documents.reindex("default", first.document_id))
     assert reindexed.kind == "reindex"
     rows = chunk_rows(runtime, first.document_id)
     assert {g for g, _ in rows} == {2}
     assert len(rows) == reindexed.total_chunks == first.total_chunks
-    document = runtime.documents.get(first.document_id)
+    document = runtime.documents.get("default", first.document_id)
     assert (document.active_generation, document.chunk_count) == (2, len(rows))
     assert index_rows(runtime) == (len(rows),) * 3
 
@@ -211,16 +215,16 @@ def test_cancel_mid_embedding_removes_the_partial_generation(
     embedder = FlakyEmbedder(delay_s=0.05)
     runtime = make_runtime(embedder=embedder, workers=1)
     job = upload(runtime, tmp_path, "lifetimes.txt", long_text("lifetimes", 200))
-    wait_for(lambda: runtime.jobs.get(job.id).processed_chunks > 0)
-    runtime.jobs.cancel(job.id)
+    wait_for(lambda: runtime.jobs.get("default", job.id).processed_chunks > 0)
+    runtime.jobs.cancel("default", job.id)
     cancelled = done(runtime, job.id, ("cancelled",))
     calls_at_cancel = embedder.calls
     threading.Event().wait(0.3)
     assert embedder.calls <= calls_at_cancel + 1  # stopped at the next batch boundary
     assert chunk_rows(runtime, cancelled.document_id) == []
     assert index_rows(runtime) == (0, 0, 0)
-    assert runtime.documents.get(cancelled.document_id).status == "cancelled"
-    retried = done(runtime, runtime.jobs.retry(job.id).id)
+    assert runtime.documents.get("default", cancelled.document_id).status == "cancelled"
+    retried = done(runtime, runtime.jobs.retry("default", job.id).id)
     assert retried.processed_chunks == retried.total_chunks
     assert len(chunk_rows(runtime, retried.document_id)) == retried.total_chunks
 
@@ -231,9 +235,9 @@ def test_deleting_a_document_while_it_is_processed_leaves_nothing_behind(
     embedder = FlakyEmbedder(delay_s=0.05)
     runtime = make_runtime(embedder=embedder, workers=1)
     job = upload(runtime, tmp_path, "borrow.txt", long_text("borrowing", 200))
-    wait_for(lambda: runtime.jobs.get(job.id).processed_chunks > 0)
-    blob = runtime.blobs.path(runtime.documents.get(job.document_id).sha256)
-    runtime.documents.delete(job.document_id)
+    wait_for(lambda: runtime.jobs.get("default", job.id).processed_chunks > 0)
+    blob = runtime.blobs.path(runtime.documents.get("default", job.document_id).sha256)
+    runtime.documents.delete("default", job.document_id)
     wait_for(lambda: embedder.calls > 0 and runtime.runner.heartbeat._leases == set())
     threading.Event().wait(0.3)
     assert index_rows(runtime) == (0, 0, 0)
@@ -286,7 +290,7 @@ def test_a_restart_finishes_what_was_accepted(
 
     upgrade(quiet.db.engine)
     quiet.index.ensure()
-    quiet.datasets.ensure_default()
+    quiet.datasets.ensure_default("default")
     jobs = [upload(quiet, tmp_path, f"{t}.txt", long_text(t, 10)) for t in TOPICS[:3]]
     quiet.db.dispose()
     quiet.lock.release()
@@ -314,9 +318,9 @@ def test_only_the_newest_job_of_a_document_can_be_retried(
     first = done(
         runtime, upload(runtime, tmp_path, "t.txt", long_text("traits", 50)).id, ("failed",)
     )
-    second = done(runtime, runtime.documents.reindex(first.document_id))
+    second = done(runtime, runtime.documents.reindex("default", first.document_id))
     with pytest.raises(Conflict) as refused:
-        runtime.jobs.retry(first.id)
+        runtime.jobs.retry("default", first.id)
     assert refused.value.code == "superseded"
     assert {g for g, _ in chunk_rows(runtime, first.document_id)} == {second_generation(second)}
 
@@ -336,8 +340,10 @@ def test_a_retry_with_other_chunk_settings_leaves_no_stale_chunks(
         def embed(self, texts: Sequence[str]) -> Vectors:
             if self.calls == 2:
                 runtime = runtime_box[0]
-                default = runtime.datasets.resolve(None)
-                runtime.datasets.update(default.id, {"chunk_size": 200, "chunk_overlap": 10})
+                default = runtime.datasets.resolve("default", None)
+                runtime.datasets.update(
+                    "default", default.id, {"chunk_size": 200, "chunk_overlap": 10}
+                )
             return super().embed(texts)
 
     runtime = make_runtime(embedder=ResizingEmbedder(fail_on=[3]), workers=1, chunk_size=32)
@@ -347,7 +353,7 @@ def test_a_retry_with_other_chunk_settings_leaves_no_stale_chunks(
     rows = chunk_rows(runtime, finished.document_id)
     assert sorted(ordinal for _, ordinal in rows) == list(range(finished.total_chunks or 0))
     assert index_rows(runtime) == (len(rows),) * 3
-    document = runtime.documents.get(finished.document_id)
+    document = runtime.documents.get("default", finished.document_id)
     assert document.chunk_count == finished.total_chunks
 
 
@@ -358,7 +364,7 @@ def test_stopping_gives_unfinished_jobs_back_without_spending_an_attempt(
     embedder.gate.clear()  # the worker is stuck inside the model when the process stops
     runtime = make_runtime(embedder=embedder, workers=1, shutdown_grace_s=0.3)
     job = upload(runtime, tmp_path, "stuck.txt", long_text("lifetimes", 50))
-    wait_for(lambda: runtime.jobs.get(job.id).stage == "embedding")
+    wait_for(lambda: runtime.jobs.get("default", job.id).stage == "embedding")
     runtime.stop()
     runtime.started_at = None  # stopped by hand
     embedder.gate.set()
@@ -381,7 +387,7 @@ def test_vacuum_keeps_index_rows_pointing_at_their_chunks(
     runtime = make_runtime(workers=1)
     gone = done(runtime, upload(runtime, tmp_path, "a.txt", long_text("ownership", 40)).id)
     keep = done(runtime, upload(runtime, tmp_path, "b.txt", long_text("borrowing", 40)).id)
-    runtime.documents.delete(gone.document_id)
+    runtime.documents.delete("default", gone.document_id)
     if runtime.db.is_sqlite:
         raw = runtime.db.engine.raw_connection()  # VACUUM runs outside any transaction
         try:
@@ -392,10 +398,10 @@ def test_vacuum_keeps_index_rows_pointing_at_their_chunks(
         with runtime.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
             c.exec_driver_sql("VACUUM FULL")
     by_words = runtime.search.search(
-        keep.dataset_id, "borrowing", top_k=50, mode=SearchMode.KEYWORD
+        "default", keep.dataset_id, "borrowing", top_k=50, mode=SearchMode.KEYWORD
     )
     by_vector = runtime.search.search(
-        keep.dataset_id, "borrowing example", top_k=50, mode=SearchMode.VECTOR
+        "default", keep.dataset_id, "borrowing example", top_k=50, mode=SearchMode.VECTOR
     )
     assert len(by_words) == keep.total_chunks
     assert len(by_vector) == keep.total_chunks
@@ -415,4 +421,4 @@ def test_unreferenced_stored_files_are_swept_at_start(
     stray.write_bytes(b"left behind by a commit that failed")
     again = make_runtime(data_dir=data_dir)
     assert not stray.exists()
-    assert again.blobs.exists(again.documents.get(kept.document_id).sha256)
+    assert again.blobs.exists(again.documents.get("default", kept.document_id).sha256)

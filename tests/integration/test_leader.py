@@ -8,6 +8,7 @@ from sqlalchemy import create_engine, text
 
 from knowledgeops.db.engine import Database
 from knowledgeops.jobs.leader import AdvisoryLeader
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -41,7 +42,8 @@ def test_a_dead_leader_session_frees_the_lock_and_the_old_leader_steps_down(
             killed = conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).all()
         admin.dispose()
         assert killed == [(True,)]
-        assert standby.try_acquire()
+        # pg_terminate_backend only signals: the backend exits, and frees the lock, a moment later
+        assert wait_for(standby.try_acquire, timeout=10, what="the standby taking the lock")
         assert not leader.still_leader()
         assert not leader.is_leader
         assert not leader.try_acquire()

@@ -286,14 +286,14 @@ def _accept(runtime: Embedded, tmp_path: Path, name: str, text: str) -> str:
     staged = runtime.blobs.stage(10_000_000)
     staged.write(text.encode())
     accepted = runtime.uploads.accept(
-        staged, file_name=name, declared_type=None, dataset_id=None, idempotency_key=None
+        "default", staged, file_name=name, declared_type=None, dataset_id=None, idempotency_key=None
     )
     return accepted.job.id
 
 
 def _finished(runtime: Embedded, job_id: str) -> JobView:
     def ended() -> JobView | None:
-        job = runtime.jobs.get(job_id)
+        job = runtime.jobs.get("default", job_id)
         return job if job.status in {"completed", "failed", "cancelled"} else None
 
     found: JobView = wait_for(ended, timeout=60, what=f"job {job_id} to end")
@@ -306,8 +306,10 @@ def test_documents_are_embedded_by_the_provider_and_searchable(
     assert isinstance(openai_runtime.embedder, CachedEmbedder) is False  # tests run uncached
     job = _finished(openai_runtime, _accept(openai_runtime, tmp_path, "a.txt", TEXT))
     assert (job.status, job.processed_chunks) == ("completed", job.total_chunks)
-    dataset = openai_runtime.datasets.ensure_default().id
-    hits = openai_runtime.search.search(dataset, "kettle", top_k=3, mode=SearchMode.VECTOR)
+    dataset = openai_runtime.datasets.ensure_default("default").id
+    hits = openai_runtime.search.search(
+        "default", dataset, "kettle", top_k=3, mode=SearchMode.VECTOR
+    )
     assert hits
     assert provider.stats()["served"] >= 2  # the chunks and the query went to the provider
 
@@ -335,7 +337,7 @@ def test_a_refused_key_fails_the_job_for_the_user_and_retry_works_once_fixed(
     assert job.retryable
     assert SECRET not in (job.error or "")
     key_file.write_text("sk-the-new-key\n")  # the operator fixes the key: no restart
-    retried = openai_runtime.jobs.retry(job.id)
+    retried = openai_runtime.jobs.retry("default", job.id)
     assert _finished(openai_runtime, retried.id).status == "completed"
 
 
@@ -343,11 +345,18 @@ def test_a_search_while_the_provider_is_down_is_503_not_a_crash(
     openai_runtime: Embedded, provider: Provider
 ) -> None:
     provider.control(mode="error500")
-    dataset = openai_runtime.datasets.ensure_default().id
+    dataset = openai_runtime.datasets.ensure_default("default").id
     with pytest.raises(ServiceUnavailable) as caught:
-        openai_runtime.search.search(dataset, "anything", top_k=3, mode=SearchMode.VECTOR)
+        openai_runtime.search.search(
+            "default", dataset, "anything", top_k=3, mode=SearchMode.VECTOR
+        )
     assert "keyword search still works" in caught.value.message
-    assert openai_runtime.search.search(dataset, "anything", top_k=3, mode=SearchMode.KEYWORD) == []
+    assert (
+        openai_runtime.search.search(
+            "default", dataset, "anything", top_k=3, mode=SearchMode.KEYWORD
+        )
+        == []
+    )
 
 
 def test_retry_after_as_an_http_date_and_408(provider: Provider, key_file: Path) -> None:
@@ -372,12 +381,14 @@ def test_a_search_does_not_queue_behind_ingestion_for_a_provider_slot(
     """Every slot of the shared limit is taken (as by busy workers): a vector search answers 503
     after about one request's timeout instead of waiting for ingestion to finish."""
     limit = openai_runtime.search.embedder.limit  # type: ignore[attr-defined]
-    dataset = openai_runtime.datasets.ensure_default().id
+    dataset = openai_runtime.datasets.ensure_default("default").id
     with contextlib.ExitStack() as held:
         for _ in range(limit.size):
             held.enter_context(limit.slot())
         started = time.monotonic()
         with pytest.raises(ServiceUnavailable) as caught:
-            openai_runtime.search.search(dataset, "kettle", top_k=3, mode=SearchMode.VECTOR)
+            openai_runtime.search.search(
+                "default", dataset, "kettle", top_k=3, mode=SearchMode.VECTOR
+            )
         assert caught.value.code == "search_embedder_busy"
         assert time.monotonic() - started < 10  # the fixture's timeout is 2 s

@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pytest
 import redis
 from sqlalchemy import text
@@ -61,7 +60,7 @@ def test_the_standby_relay_takes_over_when_the_active_one_is_killed(
                 ).scalar_one()
             )
 
-    with httpx.Client(base_url=topology.url, timeout=30) as client:
+    with topology.client(30) as client:
         with files[0].open("rb") as handle:
             before = client.post("/docs/upload", files={"file": (files[0].name, handle)}).json()
         deadline = time.monotonic() + 30

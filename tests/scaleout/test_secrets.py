@@ -25,6 +25,7 @@ DB_PASSWORD = "pg-canary-Zq81xw"
 REDIS_PASSWORD = "redis-canary-Hn47kd"
 PROVIDER_KEY = "sk-canary-Tr59bv2"
 SECRETS = (DB_PASSWORD, REDIS_PASSWORD, PROVIDER_KEY)
+WRONG_API_KEY = "kops_" + "w" * 43  # someone guessing: refused, and not logged either
 
 
 def test_no_secret_appears_anywhere_after_a_run_that_used_them(
@@ -65,6 +66,7 @@ def test_no_secret_appears_anywhere_after_a_run_that_used_them(
             logs = topology.logs()
             broker_and_cache = _dump_redis(own)
             rows = _dump_database(topology.database_url)
+            api_key = topology.api_key
     finally:
         own.stop()
 
@@ -75,14 +77,15 @@ def test_no_secret_appears_anywhere_after_a_run_that_used_them(
         "Redis (broker and cache)": broker_and_cache,
         "database rows": rows,
     }.items():
-        for secret in SECRETS:
+        for secret in (*SECRETS, api_key, WRONG_API_KEY):
+            assert secret, "the run used an API key"
             assert secret not in haystack, f"a secret leaked into the {name}"
 
 
 def _run(topology: Topology, state: ProviderState, tmp_path: Path) -> str:
     files = write_corpus(tmp_path / "corpus", 3)
     seen: list[str] = []
-    with httpx.Client(base_url=topology.url, timeout=60) as client:
+    with topology.client(60) as client:
 
         def get(path: str) -> httpx.Response:
             response = client.get(path)
@@ -111,6 +114,9 @@ def _run(topology: Topology, state: ProviderState, tmp_path: Path) -> str:
         for path in ("/docs/jobs", "/metrics", "/readyz", "/healthz", "/api/openapi.json"):
             get(path)
         seen.append(client.post("/docs/upload").text)  # a bad request's error
+        wrong = client.get("/datasets", headers={"Authorization": f"Bearer {WRONG_API_KEY}"})
+        assert wrong.status_code == 401
+        seen.append(wrong.text)
     return "\n".join(seen)
 
 

@@ -67,7 +67,7 @@ def test_fifty_documents_through_api_relay_and_two_workers(
     topology.start(workers=2, concurrency=1)
     files = write_corpus(tmp_path / "corpus", 50)
 
-    with httpx.Client(base_url=topology.url, timeout=60) as client:
+    with topology.client(60) as client:
         began = time.perf_counter()
         accepted = [upload(client, path) for path in files]
         job_ids = [body["jobId"] for body, _ in accepted]
@@ -157,7 +157,7 @@ def test_flushing_the_cache_leaves_jobs_intact_and_known_text_costs_no_model_cal
     topology.wait_ready(models=0)  # no worker yet: the job's message waits in the broker
     first, second = write_corpus(tmp_path / "corpus", 2)
     cache, broker = redis.Redis.from_url(cache_url), redis.Redis.from_url(broker_url)
-    with httpx.Client(base_url=topology.url, timeout=60) as client:
+    with topology.client(60) as client:
         body, _ = upload(client, first)
         deadline = time.monotonic() + 30
         while broker.llen(QUEUE) != 1:
@@ -206,10 +206,10 @@ def test_an_upload_while_the_broker_is_down_is_accepted_and_runs_when_it_is_back
     topology.start(workers=1, concurrency=1)
     files = write_corpus(tmp_path / "corpus", 3)
 
-    with httpx.Client(base_url=topology.url, timeout=60) as client:
+    with topology.client(60) as client:
         assert client.get("/readyz").json()["broker"] == "ok"
     own_redis.stop()
-    with httpx.Client(base_url=topology.url, timeout=60) as client:
+    with topology.client(60) as client:
         deadline = time.monotonic() + 15
         while (ready := client.get("/readyz")).json()["broker"] == "ok":
             assert time.monotonic() < deadline, "readyz never noticed the broker was down"
@@ -263,7 +263,7 @@ def test_rabbitmq_works_as_the_broker_by_url(
     topology.migrate()
     topology.start(workers=1, concurrency=1)
     files = write_corpus(tmp_path / "corpus", 3)
-    with httpx.Client(base_url=topology.url, timeout=60) as client:
+    with topology.client(60) as client:
         job_ids = [upload(client, path)[0]["jobId"] for path in files]
         jobs = wait_terminal(client, job_ids, timeout=300)
     assert {job["status"] for job in jobs.values()} == {"completed"}
@@ -286,7 +286,7 @@ def test_a_job_over_the_time_limit_is_stopped_and_failed_with_the_reason(
     long_one = tmp_path / "long.txt"
     long_one.write_text(long_text("marathon", paragraphs=150, seed=5))  # ~1 minute of model time
     (short_one,) = write_corpus(tmp_path / "corpus", 1)
-    with httpx.Client(base_url=topology.url, timeout=60) as client:
+    with topology.client(60) as client:
         slow, _ = upload(client, long_one)
         quick, _ = upload(client, short_one)
         jobs = wait_terminal(client, [slow["jobId"], quick["jobId"]], timeout=300)

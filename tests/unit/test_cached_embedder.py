@@ -105,18 +105,23 @@ def _ingest_then_reindex(runtime: Embedded, inner: Counting) -> None:
     staged = runtime.blobs.stage(10_000_000)
     staged.write(body.encode())
     accepted = runtime.uploads.accept(
-        staged, file_name="cache.txt", declared_type=None, dataset_id=None, idempotency_key=None
+        "default",
+        staged,
+        file_name="cache.txt",
+        declared_type=None,
+        dataset_id=None,
+        idempotency_key=None,
     )
 
     def finished(job_id: str) -> bool:
-        return runtime.jobs.get(job_id).status == "completed"
+        return runtime.jobs.get("default", job_id).status == "completed"
 
     wait_for(lambda: finished(accepted.job.id), what="the first ingestion")
     first_calls, first_texts = inner.calls, inner.texts
     assert first_calls > 1  # several batches, so the second run has several chances to call
-    reindex_id = runtime.documents.reindex(accepted.job.document_id)
+    reindex_id = runtime.documents.reindex("default", accepted.job.document_id)
     wait_for(lambda: finished(reindex_id), what="the reindex")
-    assert runtime.jobs.get(reindex_id).total_chunks == first_texts
+    assert runtime.jobs.get("default", reindex_id).total_chunks == first_texts
     assert (inner.calls, inner.texts) == (first_calls, first_texts)
 
 
@@ -146,8 +151,10 @@ def test_the_runtime_caches_in_its_database_by_default(
 
     assert cached() == inner.texts
     # a search embeds its query with the model itself: no cache write per query
-    dataset_id = runtime.datasets.ensure_default().id
+    dataset_id = runtime.datasets.ensure_default("default").id
     calls = inner.calls
-    assert runtime.search.search(dataset_id, "caching example", top_k=3, mode=SearchMode.VECTOR)
+    assert runtime.search.search(
+        "default", dataset_id, "caching example", top_k=3, mode=SearchMode.VECTOR
+    )
     assert inner.calls == calls + 1
     assert cached() == inner.texts - 1

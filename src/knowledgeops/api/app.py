@@ -5,13 +5,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
 from knowledgeops import __version__
 from knowledgeops.api import errors
+from knowledgeops.api.auth import rate_limiter_for
 from knowledgeops.api.routes import datasets, documents, health, jobs, metrics, search, uploads
+from knowledgeops.api.schemas import ErrorPublic
 from knowledgeops.runtime import Services
+
+PROTECTED: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorPublic, "description": "No API key, or one unknown or revoked."},
+    429: {"model": ErrorPublic, "description": "Too many requests; see Retry-After."},
+}
 
 
 def create_app(runtime: Services, *, manage_runtime: bool = True) -> FastAPI:
@@ -38,9 +46,12 @@ def create_app(runtime: Services, *, manage_runtime: bool = True) -> FastAPI:
     )
     app.state.runtime = runtime
     app.state.metrics = metrics.registry_for(runtime.store)
+    app.state.rate_limiter = rate_limiter_for(runtime)
     errors.install(app)
-    for module in (health, metrics, uploads, jobs, documents, datasets, search):
+    for module in (health, metrics):
         app.include_router(module.router)
+    for module in (uploads, jobs, documents, datasets, search):  # need an API key
+        app.include_router(module.router, responses=PROTECTED)
     return app
 
 

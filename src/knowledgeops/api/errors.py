@@ -13,7 +13,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from knowledgeops.errors import RequestError, ServiceUnavailable, TooManyRequests
+from knowledgeops.errors import RequestError, ServiceUnavailable, TooManyRequests, Unauthorized
 from knowledgeops.jobs.store import JobNotFound
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,8 @@ async def on_request_error(request: Request, exc: Exception) -> JSONResponse:
     headers = {}
     if isinstance(exc, ServiceUnavailable | TooManyRequests):
         headers["Retry-After"] = str(exc.retry_after_s)
+    if isinstance(exc, Unauthorized):
+        headers["WWW-Authenticate"] = "Bearer"
     return JSONResponse(error_body(exc.message, exc.code), exc.status_code, headers=headers)
 
 

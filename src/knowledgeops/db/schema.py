@@ -203,6 +203,23 @@ class EmbeddingCacheEntry(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+class ApiKey(Base):
+    """An API key: only the sha256 of the secret is kept (keys are 256-bit random strings, so a
+    fast hash is enough: nothing can be guessed from it). `prefix` is the key's first characters,
+    shown in listings so a person can tell keys apart."""
+
+    __tablename__ = "api_keys"
+    __table_args__ = (UniqueConstraint("key_hash"), Index(None, "tenant_id"))
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(200))
+    prefix: Mapped[str] = mapped_column(String(16))
+    key_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
 datasets = cast(Table, Dataset.__table__)
 documents = cast(Table, Document.__table__)
 ingest_jobs = cast(Table, IngestJob.__table__)
@@ -210,3 +227,4 @@ outbox = cast(Table, Outbox.__table__)
 chunks = cast(Table, Chunk.__table__)
 job_events = cast(Table, JobEvent.__table__)
 embedding_cache = cast(Table, EmbeddingCacheEntry.__table__)
+api_keys = cast(Table, ApiKey.__table__)

@@ -19,14 +19,15 @@ from sqlalchemy import select, update
 from knowledgeops.blobs import LocalBlobStore
 from knowledgeops.db.engine import Database
 from knowledgeops.db.schema import datasets, documents
-from knowledgeops.errors import PermanentError
+from knowledgeops.errors import PermanentError, UserActionRequired
 from knowledgeops.ingest.chunker import ChunkDraft, TokenChunker, Tokenizer
 from knowledgeops.ingest.clean import clean_blocks
 from knowledgeops.ingest.embedders.base import Embedder
 from knowledgeops.ingest.embedders.cache import CachedEmbedder
 from knowledgeops.ingest.index.base import ChunkIndex, IndexedChunk, chunk_id
 from knowledgeops.ingest.parsers.base import Block
-from knowledgeops.ingest.parsers.registry import parse
+from knowledgeops.ingest.parsers.isolated import InlineParsing, Parsing
+from knowledgeops.ingest.parsers.limits import DEFAULT_LIMITS
 from knowledgeops.jobs.runner import JobContext
 from knowledgeops.jobs.states import Stage
 
@@ -52,6 +53,7 @@ class IngestPipeline:
         tokenizer: Tokenizer,
         *,
         batch_size: int,
+        parsing: Parsing | None = None,
     ) -> None:
         self.db = db
         self.blobs = blobs
@@ -59,6 +61,8 @@ class IngestPipeline:
         self.embedder = embedder
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.parsing: Parsing = parsing or InlineParsing(DEFAULT_LIMITS)
+        self.limits = self.parsing.limits
 
     def __call__(self, ctx: JobContext) -> None:
         ctx.report(stage=Stage.PARSING)
@@ -69,9 +73,10 @@ class IngestPipeline:
                 "the stored file is missing; upload the document again", code="file_missing"
             )
         pages = _PageCounter()
-        blocks = pages.count(clean_blocks(parse(path, source.content_type)))
+        parsed = self.parsing.parse(path, source.content_type)
+        blocks = _text_limit(pages.count(clean_blocks(parsed)), self.limits.max_text_chars)
         chunker = TokenChunker(self.tokenizer, size=source.chunk_size, overlap=source.chunk_overlap)
-        drafts = list(chunker.chunk(_announce(blocks, ctx)))
+        drafts = _chunk_limit(chunker.chunk(_announce(blocks, ctx)), self.limits.max_chunks)
         if not drafts:
             raise PermanentError(
                 f"no text was found in {source.file_name}; check that the file has text "
@@ -166,6 +171,34 @@ class _PageCounter:
             if block.page is not None:
                 self.last = max(self.last or 0, block.page)
             yield block
+
+
+def _text_limit(blocks: Iterable[Block], most: int) -> Iterator[Block]:
+    """Stop a document whose text passes `most` characters (KOPS_MAX_TEXT_CHARS)."""
+    seen = 0
+    for block in blocks:
+        seen += len(block.text)
+        if seen > most:
+            raise UserActionRequired(
+                f"The document holds more than {most:,} characters of text "
+                "(KOPS_MAX_TEXT_CHARS). Split it into smaller documents.",
+                code="text_too_long",
+            )
+        yield block
+
+
+def _chunk_limit(drafts: Iterable[ChunkDraft], most: int) -> list[ChunkDraft]:
+    """All the drafts, unless there are more than `most` (KOPS_MAX_CHUNKS_PER_DOCUMENT)."""
+    kept: list[ChunkDraft] = []
+    for draft in drafts:
+        kept.append(draft)
+        if len(kept) > most:
+            raise UserActionRequired(
+                f"The document makes more than {most:,} chunks (KOPS_MAX_CHUNKS_PER_DOCUMENT). "
+                "Split it into smaller documents.",
+                code="too_many_chunks",
+            )
+    return kept
 
 
 def _announce(blocks: Iterable[Block], ctx: JobContext) -> Iterator[Block]:

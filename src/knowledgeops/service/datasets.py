@@ -1,4 +1,8 @@
-"""Datasets: create, read, update, delete, list; and the default dataset uploads fall back to."""
+"""Datasets: create, read, update, delete, list; and the default dataset uploads fall back to.
+
+Every method takes the caller's tenant and sees only that tenant's datasets: another tenant's
+dataset id answers "not found", exactly like an id that does not exist.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from knowledgeops.blobs import LocalBlobStore
@@ -19,7 +23,6 @@ from knowledgeops.service.views import DatasetView, Page
 from knowledgeops.settings import MODEL_MAX_TOKENS
 
 DEFAULT_NAME = "default"
-TENANT = "default"  # one tenant until API keys arrive
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +30,12 @@ class DatasetDefaults:
     embedding_model: str
     chunk_size: int
     chunk_overlap: int
+
+
+def owned_datasets(tenant: str) -> Any:
+    """The ids of the tenant's datasets, for scoping documents, jobs and chunks (they belong to
+    a tenant through their dataset)."""
+    return select(datasets.c.id).where(datasets.c.tenant_id == tenant)
 
 
 def check_chunking(size: int, overlap: int) -> None:
@@ -49,7 +58,7 @@ class Datasets:
         self.blobs = blobs
         self.defaults = defaults
 
-    def _select(self) -> Any:
+    def _select(self, tenant: str) -> Any:
         docs = (
             select(
                 documents.c.dataset_id,
@@ -66,7 +75,7 @@ class Datasets:
                 func.coalesce(docs.c.chunks, 0).label("chunk_count"),
             )
             .outerjoin(docs, docs.c.dataset_id == datasets.c.id)
-            .where(datasets.c.tenant_id == TENANT)
+            .where(datasets.c.tenant_id == tenant)
         )
 
     @staticmethod
@@ -86,45 +95,48 @@ class Datasets:
             updated_at=m["updated_at"],
         )
 
-    def _get(self, conn: Connection, dataset_id: str) -> DatasetView:
-        row = conn.execute(self._select().where(datasets.c.id == dataset_id)).first()
+    def _get(self, conn: Connection, tenant: str, dataset_id: str) -> DatasetView:
+        row = conn.execute(self._select(tenant).where(datasets.c.id == dataset_id)).first()
         if row is None:
             raise NotFound("dataset not found", code="dataset_not_found")
         return self._view(row)
 
-    def get(self, dataset_id: str) -> DatasetView:
+    def get(self, tenant: str, dataset_id: str) -> DatasetView:
         with self.db.read() as conn:
-            return self._get(conn, dataset_id)
+            return self._get(conn, tenant, dataset_id)
 
-    def resolve(self, dataset_id: str | None) -> DatasetView:
-        """The dataset an upload goes to: the given one, or the default."""
+    def resolve(self, tenant: str, dataset_id: str | None) -> DatasetView:
+        """The dataset an upload goes to: the given one, or the tenant's default (created on
+        the tenant's first upload)."""
         if dataset_id is not None:
-            return self.get(dataset_id)
+            return self.get(tenant, dataset_id)
         with self.db.read() as conn:
-            row = conn.execute(self._select().where(datasets.c.is_default.is_(True))).first()
-        return self._view(row) if row is not None else self.ensure_default()
+            row = conn.execute(self._select(tenant).where(datasets.c.is_default.is_(True))).first()
+        return self._view(row) if row is not None else self.ensure_default(tenant)
 
-    def ensure_default(self) -> DatasetView:
+    def ensure_default(self, tenant: str) -> DatasetView:
         with self.db.write() as conn:
             if not self.db.is_sqlite:  # several API processes may start at once
-                conn.exec_driver_sql(
-                    "SELECT pg_advisory_xact_lock(hashtext('kops.default_dataset'))"
+                conn.execute(
+                    text("SELECT pg_advisory_xact_lock(hashtext(:name))"),
+                    {"name": f"kops.default_dataset.{tenant}"},
                 )
-            row = conn.execute(self._select().where(datasets.c.is_default.is_(True))).first()
+            row = conn.execute(self._select(tenant).where(datasets.c.is_default.is_(True))).first()
             if row is not None:
                 return self._view(row)
             name = DEFAULT_NAME
             taken = conn.scalar(
-                select(func.count()).where(datasets.c.tenant_id == TENANT, datasets.c.name == name)
+                select(func.count()).where(datasets.c.tenant_id == tenant, datasets.c.name == name)
             )
             if taken:
                 name = f"{DEFAULT_NAME}-{uuid.uuid4().hex[:6]}"
             return self._insert(
-                conn, name, "Uploads without a datasetId land here.", None, None, True
+                conn, tenant, name, "Uploads without a datasetId land here.", None, None, True
             )
 
     def create(
         self,
+        tenant: str,
         name: str,
         description: str = "",
         chunk_size: int | None = None,
@@ -132,7 +144,9 @@ class Datasets:
     ) -> DatasetView:
         try:
             with self.db.write() as conn:
-                return self._insert(conn, name, description, chunk_size, chunk_overlap, False)
+                return self._insert(
+                    conn, tenant, name, description, chunk_size, chunk_overlap, False
+                )
         except IntegrityError:
             raise Conflict(
                 f"a dataset named {name!r} exists already", code="dataset_exists"
@@ -141,6 +155,7 @@ class Datasets:
     def _insert(
         self,
         conn: Connection,
+        tenant: str,
         name: str,
         description: str,
         chunk_size: int | None,
@@ -159,7 +174,7 @@ class Datasets:
         conn.execute(
             insert(datasets).values(
                 id=dataset_id,
-                tenant_id=TENANT,
+                tenant_id=tenant,
                 name=name,
                 description=description,
                 embedding_model=self.defaults.embedding_model,
@@ -170,16 +185,16 @@ class Datasets:
                 updated_at=now,
             )
         )
-        return self._get(conn, dataset_id)
+        return self._get(conn, tenant, dataset_id)
 
-    def update(self, dataset_id: str, changes: dict[str, Any]) -> DatasetView:
+    def update(self, tenant: str, dataset_id: str, changes: dict[str, Any]) -> DatasetView:
         """Change name, description, chunk_size or chunk_overlap (new settings apply to
         documents ingested or reindexed from now on)."""
         allowed = {"name", "description", "chunk_size", "chunk_overlap"}
         values = {k: v for k, v in changes.items() if k in allowed and v is not None}
         try:
             with self.db.write() as conn:
-                current = self._get(conn, dataset_id)
+                current = self._get(conn, tenant, dataset_id)
                 check_chunking(
                     values.get("chunk_size", current.chunk_size),
                     values.get("chunk_overlap", current.chunk_overlap),
@@ -187,19 +202,19 @@ class Datasets:
                 if values:
                     conn.execute(
                         update(datasets)
-                        .where(datasets.c.id == dataset_id)
+                        .where(datasets.c.id == dataset_id, datasets.c.tenant_id == tenant)
                         .values(updated_at=utcnow(), **values)
                     )
-                return self._get(conn, dataset_id)
+                return self._get(conn, tenant, dataset_id)
         except IntegrityError:
             raise Conflict(
                 f"a dataset named {values.get('name')!r} exists already", code="dataset_exists"
             ) from None
 
-    def delete(self, dataset_id: str) -> None:
+    def delete(self, tenant: str, dataset_id: str) -> None:
         """Delete the dataset, its documents, jobs and chunks; stop its running jobs."""
         with self.db.write() as conn:
-            current = self._get(conn, dataset_id)
+            current = self._get(conn, tenant, dataset_id)
             if current.is_default:
                 raise Conflict(
                     "the default dataset cannot be deleted; delete its documents instead",
@@ -209,16 +224,18 @@ class Datasets:
                 select(documents.c.blob_key).where(documents.c.dataset_id == dataset_id)
             ).all()
             self.index.delete_dataset(conn, dataset_id)
-            conn.execute(datasets.delete().where(datasets.c.id == dataset_id))
+            conn.execute(
+                datasets.delete().where(datasets.c.id == dataset_id, datasets.c.tenant_id == tenant)
+            )
             unlink_unreferenced(conn, self.blobs, set(keys))
 
-    def list(self, *, page: int, limit: int) -> Page[DatasetView]:
+    def list(self, tenant: str, *, page: int, limit: int) -> Page[DatasetView]:
         with self.db.read() as conn:
             total = conn.scalar(
-                select(func.count()).select_from(datasets).where(datasets.c.tenant_id == TENANT)
+                select(func.count()).select_from(datasets).where(datasets.c.tenant_id == tenant)
             )
             rows = conn.execute(
-                self._select()
+                self._select(tenant)
                 .order_by(datasets.c.created_at, datasets.c.id)
                 .offset((page - 1) * limit)
                 .limit(limit)

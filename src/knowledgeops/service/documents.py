@@ -1,4 +1,6 @@
-"""Documents: list per dataset, read, delete (their chunks leave the index at once), reindex."""
+"""Documents: list per dataset, read, delete (their chunks leave the index at once), reindex.
+
+Scoped by tenant: a document of another tenant's dataset is "not found"."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from knowledgeops.jobs.model import NewJob
 from knowledgeops.jobs.states import OPEN
 from knowledgeops.jobs.store import JobStore
 from knowledgeops.service.blob_refs import unlink_unreferenced
+from knowledgeops.service.datasets import owned_datasets
 from knowledgeops.service.views import DocumentView, Page
 
 DOCUMENT_STATUSES = ("pending", "processing", "ready", "failed", "cancelled")
@@ -53,9 +56,11 @@ def _view(row: Any) -> DocumentView:
     )
 
 
-def load_document(conn: Connection, document_id: str) -> DocumentView:
+def load_document(conn: Connection, tenant: str, document_id: str) -> DocumentView:
     row = conn.execute(
-        select(documents, _latest_job()).where(documents.c.id == document_id)
+        select(documents, _latest_job()).where(
+            documents.c.id == document_id, documents.c.dataset_id.in_(owned_datasets(tenant))
+        )
     ).first()
     if row is None:
         raise NotFound("document not found", code="document_not_found")
@@ -80,14 +85,17 @@ class Documents:
         self.max_attempts = max_attempts
         self.notify = notify
 
-    def get(self, document_id: str) -> DocumentView:
+    def get(self, tenant: str, document_id: str) -> DocumentView:
         with self.db.read() as conn:
-            return load_document(conn, document_id)
+            return load_document(conn, tenant, document_id)
 
     def list(
-        self, dataset_id: str, *, status: str | None, page: int, limit: int
+        self, tenant: str, dataset_id: str, *, status: str | None, page: int, limit: int
     ) -> Page[DocumentView]:
-        conditions = [documents.c.dataset_id == dataset_id]
+        conditions = [
+            documents.c.dataset_id == dataset_id,
+            documents.c.dataset_id.in_(owned_datasets(tenant)),
+        ]
         if status is not None:
             conditions.append(documents.c.status == status)
         with self.db.read() as conn:
@@ -101,11 +109,11 @@ class Documents:
             ).all()
         return Page([_view(r) for r in rows], int(total or 0), page, limit)
 
-    def delete(self, document_id: str) -> None:
+    def delete(self, tenant: str, document_id: str) -> None:
         """Remove the document, its jobs and its chunks in one transaction. A worker still
         processing it finds its lease gone at its next write and stops."""
         with self.db.write() as conn:
-            doc = load_document(conn, document_id)
+            doc = load_document(conn, tenant, document_id)
             # rows in the order a completing job takes them (job, chunks, document), so that a
             # delete and a completion never wait on each other in a cycle (PostgreSQL)
             conn.execute(
@@ -117,11 +125,11 @@ class Documents:
             conn.execute(documents.delete().where(documents.c.id == document_id))
             unlink_unreferenced(conn, self.blobs, {doc.sha256})  # blobs are keyed by sha256
 
-    def reindex(self, document_id: str) -> str:
+    def reindex(self, tenant: str, document_id: str) -> str:
         """Start a new generation of the document; returns the new job's id. The current
         generation stays searchable until the new one is complete."""
         with self.db.write() as conn:
-            doc = load_document(conn, document_id)
+            doc = load_document(conn, tenant, document_id)
             open_job = conn.scalar(
                 select(ingest_jobs.c.id).where(
                     ingest_jobs.c.document_id == document_id,

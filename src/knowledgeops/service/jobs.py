@@ -1,10 +1,11 @@
-"""Jobs as users see them: read, list, cancel, retry."""
+"""Jobs as users see them: read, list, cancel, retry; scoped by tenant (through the job's
+dataset), so another tenant's job is "not found"."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import ColumnElement, Connection, func, select
 
 from knowledgeops.db.engine import Database
 from knowledgeops.db.schema import documents, ingest_jobs, utcnow
@@ -12,12 +13,15 @@ from knowledgeops.errors import Conflict, NotFound
 from knowledgeops.jobs.model import Job
 from knowledgeops.jobs.states import OPEN, JobStatus
 from knowledgeops.jobs.store import JobNotFound, JobStore
+from knowledgeops.service.datasets import owned_datasets
 from knowledgeops.service.views import JobView, Page
 
 
-def job_select() -> Any:
-    return select(ingest_jobs, documents.c.file_name, documents.c.file_size).join(
-        documents, documents.c.id == ingest_jobs.c.document_id
+def job_select(tenant: str) -> Any:
+    return (
+        select(ingest_jobs, documents.c.file_name, documents.c.file_size)
+        .join(documents, documents.c.id == ingest_jobs.c.document_id)
+        .where(ingest_jobs.c.dataset_id.in_(owned_datasets(tenant)))
     )
 
 
@@ -28,15 +32,16 @@ class Jobs:
         self.retry_attempts = retry_attempts
         self.notify = notify
 
-    def get(self, job_id: str) -> JobView:
+    def get(self, tenant: str, job_id: str) -> JobView:
         with self.db.read() as conn:
-            row = conn.execute(job_select().where(ingest_jobs.c.id == job_id)).first()
+            row = conn.execute(job_select(tenant).where(ingest_jobs.c.id == job_id)).first()
         if row is None:
             raise NotFound("job not found", code="job_not_found")
         return JobView.from_row(row)
 
     def list(
         self,
+        tenant: str,
         *,
         status: JobStatus | None,
         dataset_id: str | None,
@@ -44,7 +49,9 @@ class Jobs:
         page: int,
         limit: int,
     ) -> Page[JobView]:
-        conditions = []
+        conditions: list[ColumnElement[bool]] = [
+            ingest_jobs.c.dataset_id.in_(owned_datasets(tenant))
+        ]
         if status is not None:
             conditions.append(ingest_jobs.c.status == status.value)
         if dataset_id is not None:
@@ -54,7 +61,7 @@ class Jobs:
         with self.db.read() as conn:
             total = conn.scalar(select(func.count()).select_from(ingest_jobs).where(*conditions))
             rows = conn.execute(
-                job_select()
+                job_select(tenant)
                 .where(*conditions)
                 .order_by(ingest_jobs.c.created_at.desc(), ingest_jobs.c.id)
                 .offset((page - 1) * limit)
@@ -62,14 +69,16 @@ class Jobs:
             ).all()
         return Page([JobView.from_row(r) for r in rows], int(total or 0), page, limit)
 
-    def cancel(self, job_id: str) -> JobView:
+    def cancel(self, tenant: str, job_id: str) -> JobView:
+        self.get(tenant, job_id)  # 404 unless the job is the tenant's
         try:
             self.store.cancel(job_id, now=utcnow())
         except JobNotFound:
             raise NotFound("job not found", code="job_not_found") from None
-        return self.get(job_id)
+        return self.get(tenant, job_id)
 
-    def retry(self, job_id: str) -> JobView:
+    def retry(self, tenant: str, job_id: str) -> JobView:
+        self.get(tenant, job_id)  # 404 unless the job is the tenant's
         try:
             self.store.requeue(
                 job_id,
@@ -79,7 +88,7 @@ class Jobs:
             )
         except JobNotFound:
             raise NotFound("job not found", code="job_not_found") from None
-        requeued = self.get(job_id)  # the state as accepted, before a worker can take it
+        requeued = self.get(tenant, job_id)  # the state as accepted, before a worker can take it
         self.notify()
         return requeued
 

@@ -12,7 +12,7 @@ from knowledgeops.db.schema import documents
 from knowledgeops.errors import JobError, ServiceUnavailable
 from knowledgeops.ingest.embedders.base import Embedder, Vectors
 from knowledgeops.ingest.index.base import ChunkIndex, Hit
-from knowledgeops.service.datasets import Datasets
+from knowledgeops.service.datasets import Datasets, owned_datasets
 from knowledgeops.service.views import SearchHit
 
 RRF_K = 60  # the constant of Cormack et al. (2009); damps the weight of the very first ranks
@@ -61,9 +61,11 @@ class Search:
         self.embedder = embedder
 
     def search(
-        self, dataset_id: str, query: str, *, top_k: int, mode: SearchMode
+        self, tenant: str, dataset_id: str, query: str, *, top_k: int, mode: SearchMode
     ) -> list[SearchHit]:
-        self.datasets.get(dataset_id)  # 404 for an unknown dataset
+        """Chunks of one of the tenant's datasets: the index is asked for that dataset only,
+        and the hits' documents are read back within the tenant too."""
+        self.datasets.get(tenant, dataset_id)  # 404 for an unknown dataset or another tenant's
         if mode is SearchMode.KEYWORD:
             hits = self.index.search_keyword(dataset_id, query, top_k)
         elif mode is SearchMode.VECTOR:
@@ -76,7 +78,7 @@ class Search:
                     self.index.search_keyword(dataset_id, query, wanted),
                 ]
             )[:top_k]
-        return self._with_names(hits)
+        return self._with_names(tenant, dataset_id, hits)
 
     def _vector(self, query: str) -> Vectors:
         try:
@@ -90,13 +92,17 @@ class Search:
             ) from exc
         return vector
 
-    def _with_names(self, hits: Sequence[Hit]) -> list[SearchHit]:
+    def _with_names(self, tenant: str, dataset_id: str, hits: Sequence[Hit]) -> list[SearchHit]:
         ids = {hit.document_id for hit in hits}
         names: dict[str, str] = {}
         if ids:
             with self.db.read() as conn:
                 rows = conn.execute(
-                    select(documents.c.id, documents.c.file_name).where(documents.c.id.in_(ids))
+                    select(documents.c.id, documents.c.file_name).where(
+                        documents.c.id.in_(ids),
+                        documents.c.dataset_id == dataset_id,
+                        documents.c.dataset_id.in_(owned_datasets(tenant)),
+                    )
                 )
                 names = {row.id: row.file_name for row in rows}
         return [
@@ -112,5 +118,5 @@ class Search:
                 section=h.section,
             )
             for h in hits
-            if h.document_id in names  # a document deleted a moment ago is gone
+            if h.document_id in names  # a document deleted a moment ago is gone; so is any other
         ]

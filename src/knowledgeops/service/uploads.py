@@ -8,6 +8,7 @@ gives back the first answer.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 import uuid
@@ -71,6 +72,14 @@ def check_idempotency_key(key: str | None) -> str | None:
     return key
 
 
+def scoped_idempotency_key(tenant: str, key: str | None) -> str | None:
+    """What the job store keeps for a client's Idempotency-Key: a hash of tenant and key, so
+    two tenants choosing the same key never meet (nor learn that the other used it)."""
+    if key is None:
+        return None
+    return hashlib.sha256(f"{tenant}\n{key}".encode()).hexdigest()
+
+
 class Uploads:
     def __init__(
         self,
@@ -101,15 +110,17 @@ class Uploads:
                 )
             )
         if waiting is not None and waiting >= self.max_waiting_jobs:
+            # no count in the message: it would tell one tenant how busy the others are
             raise TooManyRequests(
-                f"{waiting} jobs are waiting for a worker (the limit is {self.max_waiting_jobs}, "
-                "KOPS_MAX_WAITING_JOBS); try again in a minute",
+                "too many jobs are waiting for a worker (KOPS_MAX_WAITING_JOBS); try again in a "
+                "minute",
                 code="backlog_full",
                 retry_after_s=BACKLOG_RETRY_AFTER_S,
             )
 
     def accept(
         self,
+        tenant: str,
         staged: StagedFile,
         *,
         file_name: str | None,
@@ -121,9 +132,10 @@ class Uploads:
             if staged.size == 0:
                 raise InvalidRequest("the file is empty", code="empty_file")
             staged.seal()  # the fsync happens here, not while the database write lock is held
-            replayed = self._replay(idempotency_key, staged.sha256, dataset_id)
+            scoped_key = scoped_idempotency_key(tenant, idempotency_key)
+            replayed = self._replay(tenant, scoped_key, staged.sha256, dataset_id)
             accepted = replayed or self._record_new(
-                staged, file_name, declared_type, dataset_id, idempotency_key
+                tenant, staged, file_name, declared_type, dataset_id, scoped_key
             )
         if accepted.created:
             self.notify()
@@ -131,6 +143,7 @@ class Uploads:
 
     def _record_new(
         self,
+        tenant: str,
         staged: StagedFile,
         file_name: str | None,
         declared_type: str | None,
@@ -144,23 +157,25 @@ class Uploads:
                 f"this file looks like {what}, which cannot be parsed; supported: PDF, DOCX, "
                 "HTML, Markdown and plain text",
             )
-        dataset = self.datasets.resolve(dataset_id)
+        dataset = self.datasets.resolve(tenant, dataset_id)
         name = display_name(file_name, content_type)
         for _ in range(2):
             try:
-                return self._record(staged, dataset.id, name, content_type, idempotency_key)
+                return self._record(tenant, staged, dataset.id, name, content_type, idempotency_key)
             except IntegrityError:
                 # a concurrent upload of the same bytes won the insert (the next try finds its
                 # document), or the dataset was deleted meanwhile (404 here)
-                self.datasets.get(dataset.id)
+                self.datasets.get(tenant, dataset.id)
         raise Conflict("the same file is being uploaded concurrently; try again", code="busy")
 
-    def _replay(self, key: str | None, sha256: str, dataset_id: str | None) -> Accepted | None:
+    def _replay(
+        self, tenant: str, key: str | None, sha256: str, dataset_id: str | None
+    ) -> Accepted | None:
         """The first answer again, for a key seen before (409 if it came with other content)."""
         job = self.store.find_by_idempotency_key(key) if key is not None else None
         if job is None:
             return None
-        view = self.jobs.get(job.id)
+        view = self.jobs.get(tenant, job.id)
         with self.db.read() as conn:
             sha = conn.scalar(select(documents.c.sha256).where(documents.c.id == job.document_id))
         if sha != sha256:
@@ -168,7 +183,7 @@ class Uploads:
                 "this Idempotency-Key was used for a different file; use a new key",
                 code="idempotency_key_reused",
             )
-        if self.datasets.resolve(dataset_id).id != job.dataset_id:
+        if self.datasets.resolve(tenant, dataset_id).id != job.dataset_id:
             raise Conflict(
                 "this Idempotency-Key was used for an upload to another dataset; use a new key",
                 code="idempotency_key_reused",
@@ -177,6 +192,7 @@ class Uploads:
 
     def _record(
         self,
+        tenant: str,
         staged: StagedFile,
         dataset_id: str,
         name: str,
@@ -203,10 +219,10 @@ class Uploads:
                     requeue = job_id
         if requeue is not None:
             try:
-                return Accepted(self.jobs.retry(requeue), document_id, created=True)
+                return Accepted(self.jobs.retry(tenant, requeue), document_id, created=True)
             except Conflict:  # a concurrent upload of the same bytes re-queued it first
                 pass
-        return Accepted(self.jobs.get(job_id), document_id, created)
+        return Accepted(self.jobs.get(tenant, job_id), document_id, created)
 
     def _insert(
         self,

@@ -145,4 +145,4 @@ def test_zip_bombs_are_refused_before_inflating(tmp_path: Path) -> None:
     assert bomb.stat().st_size < 200_000
     with pytest.raises(PermanentError) as caught:
         parse_docx(bomb)
-    assert caught.value.code == "too_large"
+    assert caught.value.code == "zip_bomb"

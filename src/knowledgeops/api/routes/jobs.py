@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
+from knowledgeops.api.auth import Tenant
 from knowledgeops.api.deps import UUID_PATTERN, JobId, Limit, PageNo, RuntimeDep
 from knowledgeops.api.schemas import ErrorPublic, JobPublic, Listing, listing
 from knowledgeops.jobs.states import JobStatus
@@ -18,6 +19,7 @@ CONFLICT: dict[int | str, dict[str, Any]] = {409: {"model": ErrorPublic}}
 @router.get("", response_model=Listing[JobPublic], summary="List jobs, newest first")
 def list_jobs(
     runtime: RuntimeDep,
+    tenant: Tenant,
     status: JobStatus | None = None,
     dataset_id: Annotated[str | None, Query(alias="datasetId", pattern=UUID_PATTERN)] = None,
     document_id: Annotated[str | None, Query(alias="documentId", pattern=UUID_PATTERN)] = None,
@@ -25,14 +27,19 @@ def list_jobs(
     limit: Limit = 20,
 ) -> Any:
     found = runtime.jobs.list(
-        status=status, dataset_id=dataset_id, document_id=document_id, page=page, limit=limit
+        tenant,
+        status=status,
+        dataset_id=dataset_id,
+        document_id=document_id,
+        page=page,
+        limit=limit,
     )
     return listing(found, JobPublic)
 
 
 @router.get("/{job_id}", response_model=JobPublic, responses=NOT_FOUND, summary="Read a job")
-def get_job(job_id: JobId, runtime: RuntimeDep) -> Any:
-    return runtime.jobs.get(job_id)
+def get_job(job_id: JobId, runtime: RuntimeDep, tenant: Tenant) -> Any:
+    return runtime.jobs.get(tenant, job_id)
 
 
 @router.post(
@@ -41,8 +48,8 @@ def get_job(job_id: JobId, runtime: RuntimeDep) -> Any:
     responses={**NOT_FOUND, **CONFLICT},
     summary="Cancel a pending, retrying or running job (it stops at its next batch)",
 )
-def cancel_job(job_id: JobId, runtime: RuntimeDep) -> Any:
-    return runtime.jobs.cancel(job_id)
+def cancel_job(job_id: JobId, runtime: RuntimeDep, tenant: Tenant) -> Any:
+    return runtime.jobs.cancel(tenant, job_id)
 
 
 @router.post(
@@ -52,5 +59,5 @@ def cancel_job(job_id: JobId, runtime: RuntimeDep) -> Any:
     responses={**NOT_FOUND, **CONFLICT},
     summary="Run a failed or cancelled job again",
 )
-def retry_job(job_id: JobId, runtime: RuntimeDep) -> Any:
-    return runtime.jobs.retry(job_id)
+def retry_job(job_id: JobId, runtime: RuntimeDep, tenant: Tenant) -> Any:
+    return runtime.jobs.retry(tenant, job_id)

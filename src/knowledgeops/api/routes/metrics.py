@@ -5,6 +5,7 @@ process's own."""
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Iterator
 
 from fastapi import APIRouter, Request
@@ -21,6 +22,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from knowledgeops.db.schema import utcnow
+from knowledgeops.errors import Unauthorized
 from knowledgeops.jobs.model import JobMetrics
 from knowledgeops.jobs.states import JobStatus
 from knowledgeops.jobs.store import JobStore
@@ -92,5 +94,17 @@ def registry_for(store: JobStore) -> CollectorRegistry:
 
 @router.get("/metrics", summary="Prometheus metrics", include_in_schema=False)
 def metrics(request: Request) -> Response:
+    """Open, unless KOPS_METRICS_TOKEN is set: then only with `Authorization: Bearer <token>`
+    (the figures are deployment-wide, so an API key of one tenant is not enough)."""
+    token = request.app.state.runtime.settings.metrics_token
+    if token is not None:
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            given.strip().encode(), token.get_secret_value().encode()
+        ):
+            raise Unauthorized(
+                "/metrics needs `Authorization: Bearer <KOPS_METRICS_TOKEN>`",
+                code="unauthorized",
+            )
     registry: CollectorRegistry = request.app.state.metrics
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

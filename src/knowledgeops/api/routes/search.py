@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from knowledgeops.api.auth import Tenant
 from knowledgeops.api.deps import DatasetId, RuntimeDep
 from knowledgeops.api.schemas import ErrorPublic, SearchHitPublic, SearchRequest, SearchResults
 from knowledgeops.service.search import SearchMode
@@ -19,9 +20,9 @@ router = APIRouter(tags=["search"])
     responses={404: {"model": ErrorPublic}},
     summary="Find the chunks that answer a query",
 )
-def search(dataset_id: DatasetId, body: SearchRequest, runtime: RuntimeDep) -> Any:
+def search(dataset_id: DatasetId, body: SearchRequest, runtime: RuntimeDep, tenant: Tenant) -> Any:
     hits = runtime.search.search(
-        dataset_id, body.query, top_k=body.top_k, mode=SearchMode(body.mode)
+        tenant, dataset_id, body.query, top_k=body.top_k, mode=SearchMode(body.mode)
     )
     return SearchResults(
         query=body.query,

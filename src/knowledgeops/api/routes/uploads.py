@@ -10,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from knowledgeops.api.auth import Tenant
 from knowledgeops.api.deps import UUID_PATTERN, RuntimeDep
 from knowledgeops.api.schemas import ErrorPublic, UploadAccepted
 from knowledgeops.api.upload_stream import receive_upload
@@ -49,12 +50,17 @@ _UPLOAD_BODY = {
         409: {"model": ErrorPublic},
         413: {"model": ErrorPublic},
         415: {"model": ErrorPublic},
-        429: {"model": ErrorPublic, "description": "Too many jobs wait; see Retry-After."},
+        429: {
+            "model": ErrorPublic,
+            "description": "Too many requests for this key, or too many jobs wait; see "
+            "Retry-After.",
+        },
     },
 )
 async def upload(
     request: Request,
     runtime: RuntimeDep,
+    tenant: Tenant,
     dataset_id: Annotated[str | None, Query(alias="datasetId", pattern=UUID_PATTERN)] = None,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
 ) -> JSONResponse:
@@ -77,6 +83,7 @@ async def upload(
         )
     accepted = await run_in_threadpool(
         runtime.uploads.accept,
+        tenant,
         received.staged,
         file_name=received.file_name,
         declared_type=received.declared_type,

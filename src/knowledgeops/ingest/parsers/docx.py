@@ -20,19 +20,20 @@ from lxml import etree  # type: ignore[import-untyped, unused-ignore]
 
 from knowledgeops.errors import PermanentError, UserActionRequired
 from knowledgeops.ingest.parsers.base import Block, ContentType
+from knowledgeops.ingest.parsers.limits import MB
+from knowledgeops.ingest.parsers.limits import current as current_limits
 from knowledgeops.ingest.parsers.sections import LINE, PARAGRAPH, SectionBuilder
 
 OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 DOCUMENT_PART = "word/document.xml"
 
 MAX_DOCUMENT_XML_BYTES = 200 * 1024 * 1024
-"""Refuse a word/document.xml that inflates to more than this."""
-MAX_TOTAL_UNCOMPRESSED_BYTES = 1024 * 1024 * 1024
-"""Refuse a package whose parts inflate to more than this in all (python-docx loads every part)."""
-MAX_COMPRESSION_RATIO = 200
-"""Refuse a part that inflates more than this many times (real documents stay far below 50) …"""
+"""Refuse a word/document.xml that inflates to more than this (or than the package limit)."""
 RATIO_CHECK_MIN_BYTES = 1024 * 1024
-"""… once it inflates to at least this much (tiny parts may compress extremely well)."""
+"""A part that inflates more than `max_zip_ratio` times (real documents stay far below 50) is
+refused once it inflates to at least this much (tiny parts may compress extremely well).
+The package limit (all parts inflated) and the ratio are KOPS_MAX_UNZIPPED_MB and
+KOPS_MAX_ZIP_RATIO (parsers/limits.py): python-docx loads every part."""
 
 ENCRYPTED_MESSAGE = (
     "The Word document is password-protected (or is an old binary .doc file). Remove the "
@@ -97,21 +98,28 @@ def _check_package(path: Path) -> None:
             ".docx and upload the new copy.",
             code="corrupt_file",
         )
-    too_large = PermanentError(
-        "The Word document expands to more data than KnowledgeOps accepts "
-        "(or is a ZIP bomb); split it into smaller documents.",
-        code="too_large",
-    )
-    if document.file_size > MAX_DOCUMENT_XML_BYTES:
-        raise too_large
-    if sum(m.file_size for m in members) > MAX_TOTAL_UNCOMPRESSED_BYTES:
-        raise too_large
+    limits = current_limits()
+    inflated = sum(m.file_size for m in members)
+    if document.file_size > min(MAX_DOCUMENT_XML_BYTES, limits.max_unzipped_bytes) or (
+        inflated > limits.max_unzipped_bytes
+    ):
+        raise UserActionRequired(
+            f"The Word document expands to {inflated / MB:,.0f} MB when unpacked; this server "
+            f"accepts at most {limits.max_unzipped_mb:g} MB (KOPS_MAX_UNZIPPED_MB). Split it "
+            "into smaller documents, or remove large embedded images and objects.",
+            code="too_large",
+        )
     for member in members:
-        if (
-            member.file_size >= RATIO_CHECK_MIN_BYTES
-            and member.file_size > MAX_COMPRESSION_RATIO * max(member.compress_size, 1)
+        if member.file_size >= RATIO_CHECK_MIN_BYTES and member.file_size > (
+            limits.max_zip_ratio * max(member.compress_size, 1)
         ):
-            raise too_large
+            raise PermanentError(
+                f"The Word document holds a part ({member.filename}) that expands "
+                f"{member.file_size / max(member.compress_size, 1):,.0f} times, more than "
+                f"{limits.max_zip_ratio:g} (KOPS_MAX_ZIP_RATIO): it looks like a ZIP bomb and "
+                "was not opened.",
+                code="zip_bomb",
+            )
 
 
 def _load(path: Path) -> Any:

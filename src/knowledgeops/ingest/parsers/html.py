@@ -8,6 +8,7 @@ from pathlib import Path
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
+from knowledgeops.errors import UserActionRequired
 from knowledgeops.ingest.parsers.base import Block, ContentType
 from knowledgeops.ingest.parsers.encoding import (
     SAMPLE_SIZE,
@@ -16,6 +17,8 @@ from knowledgeops.ingest.parsers.encoding import (
     decode_bytes,
     detect_encoding,
 )
+from knowledgeops.ingest.parsers.limits import MB
+from knowledgeops.ingest.parsers.limits import current as current_limits
 from knowledgeops.ingest.parsers.sections import LINE, PARAGRAPH, SectionBuilder
 
 META_SCAN_BYTES = 4096
@@ -368,6 +371,15 @@ class HtmlParser:
     content_type = ContentType.HTML
 
     def parse(self, path: Path) -> Iterator[Block]:
+        most = current_limits().max_html_bytes
+        size = path.stat().st_size
+        if size > most:
+            raise UserActionRequired(
+                f"The HTML page is {size / MB:,.1f} MB; this server parses pages of at most "
+                f"{most / MB:g} MB (KOPS_MAX_HTML_MB), since a page is parsed whole. Split it, "
+                "or save the article's text alone.",
+                code="html_too_large",
+            )
         data = path.read_bytes()
         encoding = html_encoding(data[:SAMPLE_SIZE], complete=len(data) <= SAMPLE_SIZE)
         if encoding == "utf-8":

@@ -19,6 +19,7 @@ import pypdfium2.raw as pdfium_raw
 
 from knowledgeops.errors import PermanentError, UserActionRequired
 from knowledgeops.ingest.parsers.base import Block, ContentType
+from knowledgeops.ingest.parsers.limits import current as current_limits
 from knowledgeops.ingest.parsers.sections import SECTION_SEPARATOR
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,13 @@ class PdfParser:
                 outline = _read_outline(pdf)
             if page_count == 0:
                 raise PermanentError("The PDF has no pages.", code="corrupt_file")
+            most = current_limits().max_pdf_pages
+            if page_count > most:
+                raise UserActionRequired(
+                    f"The PDF has {page_count:,} pages; this server accepts at most {most:,} "
+                    "(KOPS_MAX_PDF_PAGES). Split it into parts and upload them one by one.",
+                    code="too_many_pages",
+                )
             found_text = False
             for index in range(page_count):
                 with PDFIUM_LOCK:

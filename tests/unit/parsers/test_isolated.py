@@ -1,0 +1,193 @@
+"""Parsing in a child process: the same blocks as parsing inline; a parse that takes too long,
+runs out of memory, or whose process dies is stopped and classified, and the next parse works."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from knowledgeops.errors import ErrorCategory, JobError
+from knowledgeops.ingest.parsers.base import ContentType
+from knowledgeops.ingest.parsers.isolated import InlineParsing, IsolatedParsing, ParserProcess
+from knowledgeops.ingest.parsers.limits import DEFAULT_LIMITS, ParseLimits
+from tests.conftest import wait_for
+from tests.fixtures.documents import (
+    make_corrupt_pdf,
+    make_docx,
+    make_html,
+    make_markdown,
+    make_pdf,
+    make_text,
+)
+
+
+@pytest.fixture
+def process() -> ParserProcess:
+    parser = ParserProcess()
+    yield parser  # type: ignore[misc]
+    parser.stop()
+
+
+@pytest.fixture(scope="module")
+def big_pdf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pages = [f"Page {n} about lighthouses, tides and harbours. " * 40 for n in range(400)]
+    return make_pdf(tmp_path_factory.mktemp("pdf") / "big.pdf", pages)
+
+
+def _samples(tmp_path: Path) -> list[tuple[Path, str]]:
+    return [
+        (
+            make_text(tmp_path / "a.txt", "First paragraph.\n\nSecond one, café.\n" * 50),
+            "text/plain",
+        ),
+        (make_markdown(tmp_path / "b.md"), ContentType.MARKDOWN),
+        (make_html(tmp_path / "c.html"), ContentType.HTML),
+        (make_pdf(tmp_path / "d.pdf", ["One page.", "Two pages."]), ContentType.PDF),
+        (make_docx(tmp_path / "e.docx"), ContentType.DOCX),
+    ]
+
+
+def test_the_same_blocks_as_parsing_inline(tmp_path: Path) -> None:
+    isolated, inline = IsolatedParsing(DEFAULT_LIMITS), InlineParsing(DEFAULT_LIMITS)
+    try:
+        for path, content_type in _samples(tmp_path):
+            expected = list(inline.parse(path, content_type))
+            assert expected, path
+            assert list(isolated.parse(path, content_type)) == expected, path
+    finally:
+        isolated.close()
+
+
+def test_one_child_serves_many_documents(process: ParserProcess, tmp_path: Path) -> None:
+    for n in range(5):
+        path = make_text(tmp_path / f"{n}.txt", f"document {n}")
+        assert [b.text for b in process.parse(path, "text/plain", DEFAULT_LIMITS)] == [
+            f"document {n}"
+        ]
+    first = process.pid
+    process.parse(path, "text/plain", DEFAULT_LIMITS)  # a generator: nothing runs yet
+    assert process.pid == first
+
+
+def test_parser_errors_keep_their_category(process: ParserProcess, tmp_path: Path) -> None:
+    with pytest.raises(JobError) as caught:
+        list(process.parse(make_corrupt_pdf(tmp_path / "bad.pdf"), ContentType.PDF, DEFAULT_LIMITS))
+    assert caught.value.code == "corrupt_file"
+    assert caught.value.category is ErrorCategory.PERMANENT
+    # the child is still the same one: an error is an answer, not a crash
+    pid = process.pid
+    assert list(process.parse(make_text(tmp_path / "ok.txt", "ok"), "text/plain", DEFAULT_LIMITS))
+    assert process.pid == pid
+
+
+def test_a_slow_parse_is_stopped_and_the_next_one_works(
+    process: ParserProcess, big_pdf: Path, tmp_path: Path
+) -> None:
+    limits = ParseLimits(parse_timeout_s=0.05)
+    with pytest.raises(JobError) as caught:
+        list(process.parse(big_pdf, ContentType.PDF, limits))
+    assert caught.value.code == "parse_timeout"
+    assert caught.value.category is ErrorCategory.USER_ACTION_REQUIRED
+    assert "KOPS_PARSE_TIMEOUT_S" in caught.value.message
+    assert process.pid is None  # killed
+    blocks = list(process.parse(big_pdf, ContentType.PDF, DEFAULT_LIMITS))
+    assert len(blocks) == 400
+
+
+def test_a_killed_parser_is_a_classified_failure_and_the_next_parse_works(
+    process: ParserProcess, big_pdf: Path, tmp_path: Path
+) -> None:
+    blocks = process.parse(big_pdf, ContentType.PDF, DEFAULT_LIMITS)
+    first = next(blocks)  # the child is running now
+    assert first.page == 1
+    pid = process.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)  # as the OOM killer, or a segfault in a C library
+    with pytest.raises(JobError) as caught:
+        list(blocks)
+    assert caught.value.code == "parser_crashed"
+    assert "SIGKILL" in caught.value.message
+    assert list(
+        process.parse(make_text(tmp_path / "next.txt", "next"), "text/plain", DEFAULT_LIMITS)
+    )
+    assert process.pid != pid
+
+
+def test_running_out_of_memory_is_stopped(process: ParserProcess, tmp_path: Path) -> None:
+    """A child limited to a little more address space than it starts with, given a Markdown
+    file it must read whole: it stops with a classified error, and a fresh child works."""
+    list(
+        process.parse(
+            make_text(tmp_path / "warm.md", "# warm"), ContentType.MARKDOWN, DEFAULT_LIMITS
+        )
+    )
+    assert process.pid is not None
+    size_kb = _vm_size_kb(process.pid)
+    process.stop()
+    tight = ParseLimits(parse_memory_mb=size_kb // 1024 + 48)
+    huge = tmp_path / "huge.md"
+    huge.write_text(("word " * 200 + "\n\n") * 60_000)  # ~60 MB of text, parsed whole
+    with pytest.raises(JobError) as caught:
+        list(process.parse(huge, ContentType.MARKDOWN, tight))
+    assert caught.value.code in {"parse_memory", "parser_crashed"}
+    if caught.value.code == "parse_memory":
+        assert caught.value.category is ErrorCategory.USER_ACTION_REQUIRED
+        assert "KOPS_PARSE_MEMORY_MB" in caught.value.message
+    small = make_text(tmp_path / "small.md", "# fine")
+    assert list(process.parse(small, ContentType.MARKDOWN, DEFAULT_LIMITS))
+
+
+def test_a_consumer_that_stops_early_leaves_no_process_behind(
+    process: ParserProcess, big_pdf: Path
+) -> None:
+    blocks = process.parse(big_pdf, ContentType.PDF, DEFAULT_LIMITS)
+    next(blocks)
+    pid = process.pid
+    assert pid is not None
+    blocks.close()  # e.g. the document passed its chunk limit
+    assert process.pid is None
+    assert wait_for(lambda: not _alive(pid), timeout=5, what="the child to be gone")
+
+
+def test_each_thread_gets_its_own_child(tmp_path: Path) -> None:
+    parsing = IsolatedParsing(DEFAULT_LIMITS)
+    pids: list[int | None] = []
+    path = make_text(tmp_path / "t.txt", "threads")
+
+    def work() -> None:
+        assert list(parsing.parse(path, "text/plain"))
+        pids.append(parsing._mine().pid)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert len(set(pids)) == 3
+        assert None not in pids
+    finally:
+        parsing.close()
+    assert wait_for(lambda: not any(_alive(p) for p in pids if p), timeout=5, what="all gone")
+
+
+def _vm_size_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmSize")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = (
+        Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}").exists() else "X"
+    )
+    return state not in {"Z", "X"}
