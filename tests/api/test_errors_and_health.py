@@ -169,3 +169,17 @@ def test_unexpected_error_is_500_with_a_reference(make_client, caplog) -> None:
     assert "secret internals" not in body["error"]
     reference = body["error"].split("reference ")[1].rstrip(")")
     assert any(reference in record.getMessage() for record in caplog.records)
+
+
+def test_unknown_query_parameters_are_refused_not_ignored(client) -> None:
+    response = client.get("/docs/jobs", params={"limt": "5"})
+    body = assert_error(response, 422, "validation_error")
+    assert body["fields"][0]["field"] == "limt"
+    assert "limit" in body["error"]  # the parameters it does take are named
+    assert client.get("/docs/jobs", params={"limit": "5"}).status_code == 200
+
+
+def test_405_names_every_method_the_path_allows(client) -> None:
+    response = client.put("/datasets/00000000-0000-0000-0000-000000000000")
+    assert_error(response, 405, "method_not_allowed")
+    assert response.headers["allow"] == "DELETE, GET, PATCH"

@@ -79,6 +79,16 @@ def test_two_files_are_400(client) -> None:
     assert files_under(runtime_of(client).settings.data_dir / "incoming") == []
 
 
+def test_a_flood_of_form_fields_is_400(client) -> None:
+    """Fields are small one by one; thousands of them are refused before they pile up."""
+    fields = [(f"f{n}", None, b"x" * 100) for n in range(5000)]
+    body, headers = multipart(*fields, ("file", "a.txt", b"one"))
+    response = client.post("/docs/upload", content=body, headers=headers)
+    assert "parts" in assert_error(response, 400, "too_many_parts")["error"]
+    _no_jobs(client)
+    assert files_under(runtime_of(client).settings.data_dir / "incoming") == []
+
+
 def test_malformed_multipart_is_400(client) -> None:
     headers = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
     response = client.post("/docs/upload", content=b"\x00garbage", headers=headers)

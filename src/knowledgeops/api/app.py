@@ -7,17 +7,20 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from knowledgeops import __version__
 from knowledgeops.api import errors
 from knowledgeops.api.auth import rate_limiter_for
+from knowledgeops.api.deps import reject_unknown_query
 from knowledgeops.api.routes import datasets, documents, health, jobs, metrics, search, uploads
 from knowledgeops.api.schemas import ErrorPublic
 from knowledgeops.runtime import Services
 
 PROTECTED: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorPublic, "description": "Malformed request (JSON, header, form)."},
     401: {"model": ErrorPublic, "description": "No API key, or one unknown or revoked."},
+    422: {"model": ErrorPublic, "description": "A field is invalid; `fields` names each one."},
     429: {"model": ErrorPublic, "description": "Too many requests; see Retry-After."},
 }
 
@@ -51,7 +54,9 @@ def create_app(runtime: Services, *, manage_runtime: bool = True) -> FastAPI:
     for module in (health, metrics):
         app.include_router(module.router)
     for module in (uploads, jobs, documents, datasets, search):  # need an API key
-        app.include_router(module.router, responses=PROTECTED)
+        app.include_router(
+            module.router, responses=PROTECTED, dependencies=[Depends(reject_unknown_query)]
+        )
     return app
 
 

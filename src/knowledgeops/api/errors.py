@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import compile_path
 
 from knowledgeops.errors import RequestError, ServiceUnavailable, TooManyRequests, Unauthorized
 from knowledgeops.jobs.store import JobNotFound
@@ -61,7 +62,30 @@ async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     message = str(exc.detail) if exc.status_code != 404 else "no such endpoint"
-    return JSONResponse(error_body(message, code), exc.status_code, headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        # Starlette names only the first route that matched the path; a path served by several
+        # routes (GET and DELETE on /datasets/{id}) allows the methods of all of them
+        allowed = _allowed_methods(request)
+        headers["Allow"] = ", ".join(sorted(allowed))
+        message = f"{request.method} is not allowed here; use {', '.join(sorted(allowed))}"
+    return JSONResponse(error_body(message, code), exc.status_code, headers=headers)
+
+
+def _allowed_methods(request: Request) -> set[str]:
+    """The methods the spec declares for the request's path (GET for undocumented paths)."""
+    table: list[tuple[Any, set[str]]] | None = getattr(request.app.state, "allowed_methods", None)
+    if table is None:
+        table = [
+            (compile_path(path)[0], {method.upper() for method in operations})
+            for path, operations in request.app.openapi()["paths"].items()
+        ]
+        request.app.state.allowed_methods = table
+    methods: set[str] = set()
+    for pattern, declared in table:
+        if pattern.match(request.url.path):
+            methods |= declared
+    return methods or {"GET"}
 
 
 async def on_job_not_found(request: Request, exc: Exception) -> JSONResponse:

@@ -6,14 +6,24 @@ Named for their direction: `…Create`, `…Update`, `…Public`, `…sPublic`.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from knowledgeops.service.views import Page
 
 T = TypeVar("T")
+
+
+def _not_a_bool(value: Any) -> Any:
+    if isinstance(value, bool):  # pydantic would take `false` for 0
+        raise ValueError("a number is expected, not true or false")
+    return value
+
+
+Count = Annotated[int, BeforeValidator(_not_a_bool)]
+"""An integer in a request body (52 and 52.0 are; `true` is not)."""
 
 
 class Camel(BaseModel):
@@ -63,16 +73,16 @@ class DatasetCreate(Camel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=200)
     description: str = Field("", max_length=10_000)
-    chunk_size: int | None = Field(None, ge=16, le=254, description="Tokens per chunk.")
-    chunk_overlap: int | None = Field(None, ge=0, le=126, description="Tokens shared.")
+    chunk_size: Count | None = Field(None, ge=16, le=254, description="Tokens per chunk.")
+    chunk_overlap: Count | None = Field(None, ge=0, le=126, description="Tokens shared.")
 
 
 class DatasetUpdate(Camel):
     model_config = ConfigDict(extra="forbid")
     name: str | None = Field(None, min_length=1, max_length=200)
     description: str | None = Field(None, max_length=10_000)
-    chunk_size: int | None = Field(None, ge=16, le=254)
-    chunk_overlap: int | None = Field(None, ge=0, le=126)
+    chunk_size: Count | None = Field(None, ge=16, le=254)
+    chunk_overlap: Count | None = Field(None, ge=0, le=126)
 
 
 class DatasetPublic(Camel):
@@ -115,7 +125,7 @@ class ReindexAccepted(Camel):
 class SearchRequest(Camel):
     model_config = ConfigDict(extra="forbid")
     query: str = Field(min_length=1, max_length=2000)
-    top_k: int = Field(5, ge=1, le=100)
+    top_k: Count = Field(5, ge=1, le=100)
     mode: Literal["hybrid", "vector", "keyword"] = "hybrid"
 
 

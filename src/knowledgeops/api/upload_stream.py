@@ -16,6 +16,7 @@ from knowledgeops.errors import InvalidRequest, PayloadTooLarge, ServiceUnavaila
 FILE_FIELD = "file"
 MAX_FIELD_BYTES = 64 * 1024  # bytes: a plain form field (datasetId) is small
 MULTIPART_OVERHEAD = 1024 * 1024  # bytes allowed on top of the file for boundaries and fields
+MAX_PARTS = 8  # the file and a few fields; more is not a client of this API
 
 
 @dataclass
@@ -41,9 +42,17 @@ class _Receiver:
         self._field_value = bytearray()
         self._into_file = False
         self.complete = False
+        self.parts = 0
 
     # python-multipart callbacks -----------------------------------------------------------------
     def on_part_begin(self) -> None:
+        self.parts += 1
+        if self.parts > MAX_PARTS:
+            raise InvalidRequest(
+                f"the multipart body has more than {MAX_PARTS} parts; send one file (field "
+                "'file') and at most a datasetId field",
+                code="too_many_parts",
+            )
         self._headers = {}
         self._field_name = None
         self._field_value = bytearray()
