@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import statistics
@@ -121,12 +120,14 @@ def _measure(
     log: Path,
     api_key: str | None = None,
 ) -> EmbeddedFigures:
-    """`api_key`: default, the key `kops serve` printed at its first start (in `log`)."""
+    """`api_key`: default, the key `kops serve` wrote at its first start (next to `log`)."""
     with httpx.Client(base_url=url, timeout=120) as client:
         ready_s = _wait_ready(client, started, log)
-        if api_key is None:
-            printed = re.search(r"kops_[A-Za-z0-9_-]{43}", log.read_text(errors="replace"))
-            api_key = printed.group(0) if printed else None
+        if api_key is None:  # the key `kops serve` wrote at its first start
+            from knowledgeops.runtime import FIRST_KEY_FILE
+
+            written = log.parent / FIRST_KEY_FILE
+            api_key = written.read_text().strip() if written.exists() else None
         if api_key:
             client.headers["Authorization"] = f"Bearer {api_key}"
         accepts: list[float] = []

@@ -23,6 +23,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 
 from knowledgeops.blobs import LocalBlobStore
 from knowledgeops.db.engine import Database
@@ -207,7 +208,7 @@ class Services(ABC):
             return
         secret = self.keys.ensure_first_key() if first_key else None
         if secret is not None:
-            print_first_key(secret)
+            announce_first_key(secret, self.settings.data_dir)
         elif self.keys.count_active() == 0:
             log.warning(
                 "no active API key: every request gets 401; create one with `kops keys create`"
@@ -221,17 +222,32 @@ class Services(ABC):
         return "ok"
 
 
-def print_first_key(secret: str) -> None:
-    """The first key goes to the terminal (stderr) once, not through logging: logs are kept
-    and shipped, and must never hold a secret."""
-    sys.stderr.write(
-        "\n"
-        "  An API key was created for the default tenant. It is shown only this once:\n\n"
-        f"      {secret}\n\n"
-        "  Send it as `Authorization: Bearer <key>` (the kops CLI reads KOPS_API_KEY).\n"
-        "  More keys: `kops keys create --tenant T --name N`; list: `kops keys list`.\n\n"
+FIRST_KEY_FILE = "first-api-key"
+
+
+def announce_first_key(secret: str, data_dir: Path) -> None:
+    """Show the first key once. On a terminal it is printed (stderr); otherwise (a service
+    manager, a container) stderr is a log that is kept and shipped, so the key goes to a file
+    only this user can read, and the log says where."""
+    if sys.stderr.isatty():
+        sys.stderr.write(
+            "\n"
+            "  An API key was created for the default tenant. It is shown only this once:\n\n"
+            f"      {secret}\n\n"
+            "  Send it as `Authorization: Bearer <key>` (the kops CLI reads KOPS_API_KEY).\n"
+            "  More keys: `kops keys create --tenant T --name N`; list: `kops keys list`.\n\n"
+        )
+        sys.stderr.flush()
+        return
+    path = data_dir / FIRST_KEY_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secret + "\n")
+    log.warning(
+        "an API key was created for the default tenant and written to %s (readable only by "
+        "this user); read it, then delete the file",
+        path,
     )
-    sys.stderr.flush()
 
 
 def make_pipeline(
@@ -318,8 +334,8 @@ class Embedded(Services):
 
     def stop(self) -> None:
         self.workers.stop(timeout=self.settings.shutdown_grace_s)
+        self._release_unfinished()  # first: a parse cut short below must not fail its job
         self.pipeline.parsing.close()
-        self._release_unfinished()
         self.relay.stop()
         self.heartbeat.stop()
         self.db.dispose()

@@ -153,6 +153,9 @@ class Settings(BaseSettings):
                 "otherwise Redis hands a running job to a second worker"
             )
         _check_redis_roles(self.broker_url, self.cache_url)
+        _check_rate(self.rate_limit)
+        if self.metrics_token is not None and len(self.metrics_token.get_secret_value()) < 16:
+            raise ValueError("metrics_token must be at least 16 characters (or unset: open)")
         if (
             self.embedder == "openai"
             and self.openai_api_key is None
@@ -212,6 +215,19 @@ class Settings(BaseSettings):
                 else value
             )
         return shown
+
+
+def _check_rate(rate: str) -> None:
+    from limits import parse_many
+
+    try:
+        items = parse_many(rate)
+    except ValueError:
+        items = []
+    if len(items) != 1 or items[0].amount < 1:
+        raise ValueError(
+            f"rate_limit {rate!r} is not one rate such as 600/minute, 20/second or 10000/hour"
+        )
 
 
 def _check_redis_roles(broker: SecretStr | None, cache: SecretStr | None) -> None:

@@ -99,26 +99,45 @@ def test_a_revoked_key_is_refused_at_the_next_request(client: TestClient) -> Non
     assert client.get("/datasets").status_code == 200  # other keys go on working
 
 
-def test_first_start_makes_one_key_prints_it_once_and_stores_only_its_hash(
-    make_runtime: Callable[..., object], capsys: pytest.CaptureFixture[str]
+def test_first_start_makes_one_key_shows_it_once_and_stores_only_its_hash(
+    make_runtime: Callable[..., object],
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    runtime = make_runtime()
-    printed = capsys.readouterr().err
-    found = re.findall(r"kops_[A-Za-z0-9_-]{43}", printed)
-    assert len(found) == 1
-    secret = found[0]
+    """Not on a terminal (as here), the key goes to a file only its user can read, and the log
+    says where; the database keeps only its hash; a second start makes no other key."""
+    with caplog.at_level(logging.INFO):
+        runtime = make_runtime()
+    data_dir = Path(runtime.settings.data_dir)  # type: ignore[attr-defined]
+    key_file = data_dir / "first-api-key"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    secret = key_file.read_text().strip()
+    assert re.fullmatch(r"kops_[A-Za-z0-9_-]{43}", secret)
+    assert str(key_file) in caplog.text
+    assert secret not in caplog.text
+    assert secret not in capsys.readouterr().err
     keys = runtime.keys.list()  # type: ignore[attr-defined]
     assert [(k.tenant_id, k.prefix) for k in keys] == [("default", secret[:12])]
     assert runtime.keys.authenticate(secret).tenant_id == "default"  # type: ignore[attr-defined]
-    database = Path(runtime.settings.data_dir, "kops.db")  # type: ignore[attr-defined]
     runtime.stop()  # type: ignore[attr-defined]
-    stored = b"".join(p.read_bytes() for p in database.parent.glob("kops.db*"))
+    stored = b"".join(p.read_bytes() for p in data_dir.glob("kops.db*"))
     assert secret.encode() not in stored
     assert hash_key(secret).encode() in stored
-    # a second start on the same data prints no key and makes none
-    again = make_runtime(data_dir=runtime.settings.data_dir)  # type: ignore[attr-defined]
-    assert "kops_" not in capsys.readouterr().err
+    key_file.unlink()  # as the operator is told to
+    again = make_runtime(data_dir=data_dir)
+    assert not key_file.exists()
     assert len(again.keys.list()) == 1  # type: ignore[attr-defined]
+
+
+def test_on_a_terminal_the_first_key_is_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from knowledgeops.runtime import announce_first_key
+
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
+    announce_first_key("kops_" + "t" * 43, tmp_path)
+    assert "kops_" + "t" * 43 in capsys.readouterr().err
+    assert not (tmp_path / "first-api-key").exists()
 
 
 def test_rate_limit_per_key_answers_429_with_retry_after(
@@ -158,3 +177,39 @@ def test_keys_never_reach_the_logs(
         client.get("/datasets", headers={"Authorization": f"Bearer {wrong}"})
     assert secret not in caplog.text
     assert wrong not in caplog.text
+
+
+def test_guessing_keys_from_one_address_meets_the_rate_limit(
+    make_client: Callable[..., TestClient],
+) -> None:
+    client = make_client(rate_limit="3/minute")
+    anonymous = TestClient(client.app)
+    guesses = [
+        anonymous.get("/datasets", headers={"Authorization": f"Bearer kops_{n:043d}"})
+        for n in range(4)
+    ]
+    assert [g.status_code for g in guesses] == [401, 401, 401, 429]
+    assert "retry-after" in guesses[-1].headers
+
+
+def test_a_caller_without_a_key_learns_nothing_about_parameters(client: TestClient) -> None:
+    anonymous = TestClient(client.app)
+    assert_error(anonymous.get("/docs/jobs", params={"limt": "5"}), 401, "unauthorized")
+
+
+@pytest.mark.parametrize(
+    ("settings", "phrase"),
+    [
+        ({"rate_limit": "lots"}, "rate_limit"),
+        ({"rate_limit": "0/minute"}, "rate_limit"),
+        ({"metrics_token": ""}, "metrics_token"),
+        ({"metrics_token": "short"}, "metrics_token"),
+        ({"auth": "maybe"}, "KOPS_AUTH"),
+    ],
+)
+def test_bad_security_settings_stop_the_start(settings: dict[str, str], phrase: str) -> None:
+    from knowledgeops.settings import SettingsError, load_settings
+
+    with pytest.raises(SettingsError) as caught:
+        load_settings(**settings)
+    assert phrase in str(caught.value)

@@ -72,9 +72,10 @@ class Server:
             self.http.headers["Authorization"] = f"Bearer {key}"
 
     def printed_key(self) -> str | None:
-        """The API key the server printed at its first start on a new data folder."""
-        found = FIRST_KEY.search(self.log())
-        return found.group(0) if found else None
+        """The API key the first start on a new data folder wrote (stderr is not a terminal
+        here, so it goes to `<data>/first-api-key`, mode 0600, and the log says where)."""
+        path = self.data_dir / "first-api-key"
+        return path.read_text().strip() if path.exists() else None
 
     @property
     def pid(self) -> int:

@@ -11,7 +11,7 @@ from fastapi import Depends, FastAPI
 
 from knowledgeops import __version__
 from knowledgeops.api import errors
-from knowledgeops.api.auth import rate_limiter_for
+from knowledgeops.api.auth import authenticate, rate_limiter_for
 from knowledgeops.api.deps import reject_unknown_query
 from knowledgeops.api.routes import datasets, documents, health, jobs, metrics, search, uploads
 from knowledgeops.api.schemas import ErrorPublic
@@ -55,7 +55,10 @@ def create_app(runtime: Services, *, manage_runtime: bool = True) -> FastAPI:
         app.include_router(module.router)
     for module in (uploads, jobs, documents, datasets, search):  # need an API key
         app.include_router(
-            module.router, responses=PROTECTED, dependencies=[Depends(reject_unknown_query)]
+            module.router,
+            responses=PROTECTED,
+            # the key first: a caller without one learns nothing about parameters
+            dependencies=[Depends(authenticate), Depends(reject_unknown_query)],
         )
     return app
 

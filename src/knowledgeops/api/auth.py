@@ -44,7 +44,11 @@ class RateLimiter:
 
     def __init__(self, rate: str, storage_url: str | None = None) -> None:
         self.item: RateLimitItem = parse(rate)
-        storage = storage_from_string(storage_url) if storage_url else MemoryStorage()
+        storage = (
+            storage_from_string(storage_url, socket_timeout=1.0, socket_connect_timeout=1.0)
+            if storage_url
+            else MemoryStorage()
+        )
         assert isinstance(storage, Storage)  # the synchronous kind
         self.limiter = MovingWindowRateLimiter(storage)
         self._warned_at = 0.0
@@ -82,13 +86,14 @@ def authenticate(
     runtime: Services = request.app.state.runtime
     limiter: RateLimiter = request.app.state.rate_limiter
     if runtime.settings.auth == "off":
-        principal = Principal(DEFAULT_TENANT, None)
         limiter.check(f"addr:{request.client.host if request.client else '-'}")
-        return principal
+        return Principal(DEFAULT_TENANT, None)
+    address = f"addr:{request.client.host if request.client else '-'}"
     if credentials is None:
         raise Unauthorized(MISSING, code="unauthorized")
     found = runtime.keys.authenticate(credentials.credentials)
     if found is None:
+        limiter.check(address)  # guessing keys from one address meets the limit too
         raise Unauthorized(INVALID, code="invalid_api_key")
     limiter.check(f"key:{found.key_id}")
     return found

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,10 +74,10 @@ class IngestPipeline:
                 "the stored file is missing; upload the document again", code="file_missing"
             )
         pages = _PageCounter()
-        parsed = self.parsing.parse(path, source.content_type)
-        blocks = _text_limit(pages.count(clean_blocks(parsed)), self.limits.max_text_chars)
         chunker = TokenChunker(self.tokenizer, size=source.chunk_size, overlap=source.chunk_overlap)
-        drafts = _chunk_limit(chunker.chunk(_announce(blocks, ctx)), self.limits.max_chunks)
+        with closing(self.parsing.parse(path, source.content_type)) as parsed:
+            blocks = _text_limit(pages.count(clean_blocks(parsed)), self.limits.max_text_chars)
+            drafts = _chunk_limit(chunker.chunk(_announce(blocks, ctx)), self.limits.max_chunks)
         if not drafts:
             raise PermanentError(
                 f"no text was found in {source.file_name}; check that the file has text "

@@ -8,16 +8,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, select, text
 
 from knowledgeops.blobs import LocalBlobStore
 from knowledgeops.db.engine import Database
 from knowledgeops.db.schema import documents
 
 
+def lock_blob(conn: Connection, key: str) -> None:
+    """On PostgreSQL (READ COMMITTED), serialise the last reference check of a stored file with
+    an upload of the same bytes, which may come from any dataset or tenant. SQLite's single
+    writer serialises them already."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(
+            text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": f"kops.blob.{key}"}
+        )
+
+
 def unlink_unreferenced(conn: Connection, blobs: LocalBlobStore, keys: Iterable[str]) -> int:
     removed = 0
-    for key in set(keys):
+    for key in sorted(set(keys)):  # sorted: two deletes take the locks in the same order
+        lock_blob(conn, key)
         users = conn.scalar(select(func.count()).where(documents.c.blob_key == key))
         if not users:
             blobs.delete(key)

@@ -26,6 +26,7 @@ from knowledgeops.ingest.parsers.sniff import describe_unsupported, sniff
 from knowledgeops.jobs.model import NewJob
 from knowledgeops.jobs.states import JobStatus
 from knowledgeops.jobs.store import JobStore
+from knowledgeops.service.blob_refs import lock_blob
 from knowledgeops.service.datasets import Datasets
 from knowledgeops.service.jobs import Jobs
 from knowledgeops.service.views import Accepted
@@ -201,6 +202,7 @@ class Uploads:
     ) -> Accepted:
         requeue: str | None = None
         with self.db.write() as conn:
+            lock_blob(conn, staged.sha256)  # a delete of the last other user waits, or went first
             existing = conn.execute(
                 select(documents.c.id).where(
                     documents.c.dataset_id == dataset_id, documents.c.sha256 == staged.sha256

@@ -69,7 +69,7 @@ def test_one_child_serves_many_documents(process: ParserProcess, tmp_path: Path)
             f"document {n}"
         ]
     first = process.pid
-    process.parse(path, "text/plain", DEFAULT_LIMITS)  # a generator: nothing runs yet
+    process.parse(path, "text/plain", DEFAULT_LIMITS)  # lazy: nothing is sent yet
     assert process.pid == first
 
 
@@ -191,3 +191,28 @@ def _alive(pid: int) -> bool:
         Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}").exists() else "X"
     )
     return state not in {"Z", "X"}
+
+
+def test_an_iterator_dropped_mid_document_costs_a_fresh_child_not_a_mixup(
+    process: ParserProcess, big_pdf: Path, tmp_path: Path
+) -> None:
+    """Blocks of an unfinished request are never read as the next document's."""
+    first = process.parse(big_pdf, ContentType.PDF, DEFAULT_LIMITS)
+    next(first)  # started, then abandoned without close()
+    pid = process.pid
+    small = make_text(tmp_path / "small.txt", "only this")
+    assert [b.text for b in process.parse(small, "text/plain", DEFAULT_LIMITS)] == ["only this"]
+    assert process.pid != pid
+
+
+def test_the_child_sees_none_of_the_workers_secrets(
+    process: ParserProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KOPS_DATABASE_URL", "postgresql://u:hunter2@db/kops")
+    monkeypatch.setenv("KOPS_OPENAI_API_KEY", "sk-secret")
+    list(process.parse(make_text(tmp_path / "a.txt", "x"), "text/plain", DEFAULT_LIMITS))
+    assert process.pid is not None
+    environ = Path(f"/proc/{process.pid}/environ").read_bytes()
+    assert b"hunter2" not in environ
+    assert b"sk-secret" not in environ
+    assert b"KOPS_" not in environ

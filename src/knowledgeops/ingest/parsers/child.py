@@ -2,11 +2,16 @@
 
 It limits its own address space to MB MiB, then answers parse requests that arrive on the socket
 FD, streaming blocks back; it exits when the socket closes or its parent process goes away.
-Messages are plain tuples of builtins, so both ends read them whatever their `__main__` is.
+Messages are JSON in both directions (never pickle: the worker must not run code a compromised
+parser sends it). Requests: {"path", "type", "limits"}; answers: {"kind": "blocks", "blocks":
+[[text, page, section], …]}, {"kind": "done"}, {"kind": "error", "category", "code", "message"},
+{"kind": "memory"}, {"kind": "oserror", "errno", "message"}.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import resource
 import signal
@@ -29,38 +34,51 @@ def _exit_with_parent(parent: int) -> None:
             os._exit(0)
 
 
+def _send(conn: Connection, message: dict[str, object]) -> None:
+    conn.send_bytes(json.dumps(message, ensure_ascii=False).encode())
+
+
 def serve(conn: Connection) -> None:
     from knowledgeops.errors import JobError
     from knowledgeops.ingest.parsers import limits as parse_limits
+    from knowledgeops.ingest.parsers.limits import ParseLimits
     from knowledgeops.ingest.parsers.registry import parse
 
-    conn.send(("ready", os.getpid()))
+    fields = {f.name for f in dataclasses.fields(ParseLimits)}
+    _send(conn, {"kind": "ready", "pid": os.getpid()})
     while True:
         try:
-            path, content_type, limits = conn.recv()
+            request = json.loads(conn.recv_bytes())
         except (EOFError, OSError):
             return
+        limits = ParseLimits(**{k: v for k, v in request["limits"].items() if k in fields})
         try:
             with parse_limits.using(limits):
                 batch: list[tuple[str, int | None, str | None]] = []
                 size = 0
-                for block in parse(Path(path), content_type):
+                for block in parse(Path(request["path"]), request["type"]):
                     batch.append((block.text, block.page, block.section))
                     size += len(block.text)
                     if len(batch) >= BATCH_BLOCKS or size >= BATCH_CHARS:
-                        conn.send(("blocks", batch))
+                        _send(conn, {"kind": "blocks", "blocks": batch})
                         batch, size = [], 0
                 if batch:
-                    conn.send(("blocks", batch))
-            conn.send(("done", None))
+                    _send(conn, {"kind": "blocks", "blocks": batch})
+            _send(conn, {"kind": "done"})
         except JobError as exc:
-            conn.send(("error", (exc.category.value, exc.code, exc.message)))
+            category = exc.category.value
+            _send(
+                conn,
+                {"kind": "error", "category": category, "code": exc.code, "message": exc.message},
+            )
         except MemoryError:
             batch = []
-            conn.send(("memory", None))
+            _send(conn, {"kind": "memory"})
             return  # the heap may be in a poor state: the parent starts a fresh process
         except OSError as exc:
-            conn.send(("oserror", f"{type(exc).__name__}: {exc.strerror or exc}"))
+            _send(
+                conn, {"kind": "oserror", "errno": exc.errno, "message": exc.strerror or str(exc)}
+            )
 
 
 def main() -> None:

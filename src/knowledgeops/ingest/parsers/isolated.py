@@ -16,19 +16,28 @@ In every case the worker goes on with its next job and a fresh child is started 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
+import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from knowledgeops.errors import ErrorCategory, JobError, PermanentError, UserActionRequired
+from knowledgeops.errors import (
+    ErrorCategory,
+    JobError,
+    PermanentError,
+    TransientError,
+    UserActionRequired,
+)
 from knowledgeops.ingest.parsers.base import Block
 from knowledgeops.ingest.parsers.limits import ParseLimits
 
@@ -39,97 +48,128 @@ START_TIMEOUT_S = 60.0  # s: a child that cannot even start (imports) within thi
 
 
 class ParserProcess:
-    """One child parser process, used by one thread at a time."""
+    """One child parser process, used by one thread at a time (`stop` may come from another)."""
 
     def __init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
         self._memory_mb: int | None = None
+        self._busy = False  # a request was sent and its answer not read to the end
+        self._lock = threading.Lock()  # `stop` from `close()` and from the owning thread
 
     def _start(self, memory_mb: int) -> Connection:
-        """The running child, or a new one (a fresh interpreter: nothing of the worker's
-        threads, model or open connections is inherited)."""
+        """The running child, or a new one: a fresh interpreter (`-I`: no PYTHON* variables, no
+        user site) with a minimal environment, so a parser exploit finds no database URL, no
+        provider key and none of the worker's threads, model or connections."""
         alive = self._process is not None and self._process.poll() is None
-        if alive and self._memory_mb == memory_mb:
+        if alive and self._memory_mb == memory_mb and not self._busy:
             assert self._conn is not None
             return self._conn
         self.stop()
         ours, theirs = socket.socketpair()
+        process: subprocess.Popen[bytes] | None = None
+        conn: Connection | None = None
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", CHILD_MODULE, str(theirs.fileno()), str(memory_mb)],
+                [sys.executable, "-I", "-m", CHILD_MODULE, str(theirs.fileno()), str(memory_mb)],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
+                env=_child_env(),
             )
-        finally:
             theirs.close()
-        conn = Connection(ours.detach())
-        if not conn.poll(START_TIMEOUT_S):
-            process.kill()
-            process.wait(5)
-            conn.close()
-            raise RuntimeError("the parser process did not start")
-        try:
-            conn.recv()  # ("ready", pid)
-        except EOFError:
-            process.wait(5)
-            conn.close()
-            raise RuntimeError(
-                f"the parser process exited at start (status {process.returncode})"
-            ) from None
+            conn = Connection(ours.detach())
+            if not conn.poll(START_TIMEOUT_S):
+                raise TransientError(
+                    "the parser process did not start in time", code="parser_start"
+                )
+            ready = _decode(conn.recv_bytes())
+            if ready.get("kind") != "ready":
+                raise TransientError("the parser process did not start", code="parser_start")
+        except BaseException as exc:
+            theirs.close()
+            ours.close()
+            if conn is not None:
+                conn.close()
+            if process is not None:
+                process.kill()
+                process.wait()
+            if isinstance(exc, EOFError | OSError):
+                raise TransientError(
+                    f"the parser process exited at start ({type(exc).__name__})",
+                    code="parser_start",
+                ) from None
+            raise
         self._process, self._conn, self._memory_mb = process, conn, memory_mb
         return conn
 
     def stop(self) -> None:
         """Kill the child (if any) and reap it."""
-        if self._conn is not None:
-            self._conn.close()
-        if self._process is not None:
-            if self._process.poll() is None:
-                self._process.kill()
-            try:
-                self._process.wait(5)
-            except subprocess.TimeoutExpired:
-                log.warning("parser process %s did not exit after SIGKILL", self._process.pid)
-        self._process = self._conn = None
+        with self._lock:
+            conn, process = self._conn, self._process
+            self._process = self._conn = None
+            self._busy = False
+        if conn is not None:
+            conn.close()
+        if process is not None:
+            if process.poll() is None:
+                process.kill()
+            process.wait()  # after SIGKILL: promptly
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        process = self._process
+        return process.pid if process is not None else None
 
-    def parse(self, path: Path, content_type: str, limits: ParseLimits) -> Iterator[Block]:
+    def parse(
+        self, path: Path, content_type: str, limits: ParseLimits
+    ) -> Generator[Block, None, None]:
+        """The file's blocks, lazily: nothing is sent to the child before the first `next`. A
+        request left unfinished (the iterator dropped unclosed) costs the next call a fresh
+        child, so no document ever reads another's blocks."""
         conn = self._start(limits.parse_memory_mb)
-        conn.send((str(path), content_type, limits))
+        request = {"path": str(path), "type": content_type, "limits": dataclasses.asdict(limits)}
+        self._busy = True
+        try:
+            conn.send_bytes(json.dumps(request).encode())
+        except OSError:
+            raise self._crashed() from None
+        yield from self._answers(conn, limits)
+
+    def _answers(self, conn: Connection, limits: ParseLimits) -> Iterator[Block]:
         waited = 0.0
         finished = False
         try:
             while True:
                 remaining = limits.parse_timeout_s - waited
                 began = time.monotonic()
-                ready = remaining > 0 and conn.poll(remaining)
+                try:
+                    ready = remaining > 0 and conn.poll(remaining)
+                    message = _decode(conn.recv_bytes()) if ready else None
+                except (EOFError, OSError):
+                    raise self._crashed() from None
                 waited += time.monotonic() - began
-                if not ready:
+                if message is None:
                     raise UserActionRequired(
                         f"Parsing this file took longer than {limits.parse_timeout_s:g} s "
                         "(KOPS_PARSE_TIMEOUT_S) and was stopped. Split the file into smaller "
                         "parts, or ask the operator to raise the limit.",
                         code="parse_timeout",
                     )
-                try:
-                    kind, payload = conn.recv()
-                except (EOFError, OSError):
-                    raise self._crashed() from None
+                kind = message.get("kind")
                 if kind == "blocks":
-                    for text, page, section in payload:
-                        yield Block(text=text, page=page, section=section)
+                    yield from _blocks(message)
                     continue
                 finished = kind in ("done", "error", "oserror")
+                if finished:
+                    self._busy = False
                 if kind == "done":
                     return
                 if kind == "error":
-                    raise _job_error(payload)
+                    raise _job_error(message)
                 if kind == "oserror":
-                    raise OSError(f"the stored file could not be read: {payload}")
+                    errno = message.get("errno")
+                    reason = str(message.get("message", ""))
+                    raise OSError(errno if isinstance(errno, int) else 0, reason)
                 if kind == "memory":
                     raise UserActionRequired(
                         f"Parsing this file needed more than {limits.parse_memory_mb:,} MB "
@@ -137,7 +177,9 @@ class ParserProcess:
                         "parts, or ask the operator to raise the limit.",
                         code="parse_memory",
                     )
-                raise RuntimeError(f"unexpected message from the parser process: {kind!r}")
+                raise PermanentError(
+                    "the parser process answered something unexpected", code="parser_crashed"
+                )
         finally:
             if not finished:  # timed out, crashed, or the consumer stopped reading: start over
                 self.stop()
@@ -165,11 +207,41 @@ class ParserProcess:
         )
 
 
-def _job_error(failure: tuple[str, str, str]) -> JobError:
-    category, code, message = failure
-    if category == ErrorCategory.USER_ACTION_REQUIRED.value:
-        return UserActionRequired(message, code=code)
-    return PermanentError(message, code=code)
+def _child_env() -> dict[str, str]:
+    keep = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "HOME")
+    return {name: os.environ[name] for name in keep if name in os.environ}
+
+
+def _decode(data: bytes) -> dict[str, Any]:
+    message = json.loads(data)
+    if not isinstance(message, dict):
+        raise PermanentError(
+            "the parser process answered something unexpected", code="parser_crashed"
+        )
+    return message
+
+
+def _blocks(message: dict[str, Any]) -> Iterator[Block]:
+    """The blocks of one message, checked: text a string, page an int or null, section a
+    string or null."""
+    for item in message.get("blocks", ()):
+        text, page, section = item
+        if not isinstance(text, str) or not (page is None or isinstance(page, int)):
+            raise PermanentError(
+                "the parser process answered something unexpected", code="parser_crashed"
+            )
+        if not (section is None or isinstance(section, str)):
+            raise PermanentError(
+                "the parser process answered something unexpected", code="parser_crashed"
+            )
+        yield Block(text=text, page=page, section=section)
+
+
+def _job_error(message: dict[str, Any]) -> JobError:
+    code, text = str(message.get("code", "parse_error")), str(message.get("message", ""))
+    if message.get("category") == ErrorCategory.USER_ACTION_REQUIRED.value:
+        return UserActionRequired(text, code=code)
+    return PermanentError(text, code=code)
 
 
 class Parsing(Protocol):
@@ -177,7 +249,7 @@ class Parsing(Protocol):
 
     limits: ParseLimits
 
-    def parse(self, path: Path, content_type: str) -> Iterator[Block]: ...
+    def parse(self, path: Path, content_type: str) -> Generator[Block, None, None]: ...
 
     def close(self) -> None: ...
 
@@ -200,7 +272,7 @@ class IsolatedParsing:
                 self._all.append(mine)
         return mine
 
-    def parse(self, path: Path, content_type: str) -> Iterator[Block]:
+    def parse(self, path: Path, content_type: str) -> Generator[Block, None, None]:
         return self._mine().parse(path, content_type, self.limits)
 
     def close(self) -> None:
@@ -216,11 +288,11 @@ class InlineParsing:
     def __init__(self, limits: ParseLimits) -> None:
         self.limits = limits
 
-    def parse(self, path: Path, content_type: str) -> Iterator[Block]:
+    def parse(self, path: Path, content_type: str) -> Generator[Block, None, None]:
         from knowledgeops.ingest.parsers import limits as parse_limits
         from knowledgeops.ingest.parsers.registry import parse
 
-        def blocks() -> Iterator[Block]:
+        def blocks() -> Generator[Block, None, None]:
             with parse_limits.using(self.limits):
                 yield from parse(path, content_type)
 
