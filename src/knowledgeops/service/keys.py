@@ -36,10 +36,6 @@ class ApiKeyView:
     created_at: datetime
     revoked_at: datetime | None
 
-    @property
-    def active(self) -> bool:
-        return self.revoked_at is None
-
 
 @dataclass(frozen=True, slots=True)
 class Principal:
