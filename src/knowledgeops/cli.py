@@ -66,16 +66,21 @@ def serve(
     workers: Annotated[int | None, typer.Option(help="Worker threads (KOPS_WORKERS).")] = None,
 ) -> None:
     """Run the embedded default: API, workers and relay in one process, data in SQLite."""
+    settings = _settings(port=port, host=host, data_dir=data_dir, workers=workers)
+    run_embedded_server(settings)
+
+
+def run_embedded_server(settings: Any, embedder: Any = None) -> None:
+    """`kops serve` with these settings (and, for `kops bench` only, another embedder)."""
     import uvicorn
 
     from knowledgeops.api.app import create_app
     from knowledgeops.lockfile import DataDirLocked
     from knowledgeops.runtime import Embedded
 
-    settings = _settings(port=port, host=host, data_dir=data_dir, workers=workers)
     _logging(settings.log_level)
     logging.getLogger(__name__).info("settings: %s", settings.describe())
-    runtime = Embedded(settings)
+    runtime = Embedded(settings, embedder=embedder)
     try:
         runtime.acquire()
     except DataDirLocked as exc:
@@ -341,50 +346,199 @@ def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-bench_app = typer.Typer(help="Benchmarks that print figures (and write JSON with --out).")
+bench_app = typer.Typer(
+    help="Benchmarks that print figures (and write JSON with --out). Without a subcommand: "
+    "the whole bench (ceiling, end-to-end, raw model, accept latency, peer, scale-out)."
+)
 app.add_typer(bench_app, name="bench")
+
+CorpusOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Folder of documents to ingest (default: the bench's corpus, built from --source).",
+        exists=True,
+        file_okay=False,
+    ),
+]
+SourceOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Folder of the project's reference documents (rustbook.pdf, reference.html, "
+        "licenses.txt) the default corpus is built from (default: shared/corpus found above "
+        "the current folder).",
+        exists=True,
+        file_okay=False,
+    ),
+]
+OutOption = Annotated[Path | None, typer.Option(help="Write the figures as JSON here.")]
+
+
+def _corpus(corpus: Path | None, source: Path | None) -> Path:
+    """`corpus`, or the bench's corpus built (once) from `source` into the user's cache."""
+    if corpus is not None:
+        return corpus
+    from knowledgeops.bench import corpus as bench_corpus
+
+    found = source or bench_corpus.find_source()
+    if found is None:
+        raise _fail(
+            "no corpus: give --corpus DIR (your documents) or --source DIR (the folder holding "
+            "rustbook.pdf, reference.html and licenses.txt that the bench's corpus is built from)"
+        )
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kops-bench"
+    return bench_corpus.build(found, cache / f"corpus-v{bench_corpus.CORPUS_VERSION}")
+
+
+def _counts(value: str, option: str) -> list[int]:
+    try:
+        counts = [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise _fail(f"{option}: expected numbers like 1,2 (got {value!r})") from None
+    if not counts or min(counts) < 1:
+        raise _fail(f"{option}: give at least one count of 1 or more")
+    return counts
+
+
+@bench_app.callback(invoke_without_command=True)
+def bench_all(
+    ctx: typer.Context,
+    corpus: CorpusOption = None,
+    source: SourceOption = None,
+    workers: Annotated[int, typer.Option(min=1, help="Worker threads of kops serve.")] = 2,
+    scaleout_workers: Annotated[
+        str, typer.Option(help="Scale-out worker process counts, comma-separated.")
+    ] = "1,2",
+    skip: Annotated[
+        str,
+        typer.Option(
+            help="Phases to leave out, comma-separated: ceiling, embedded, raw, accept, peer, "
+            "scaleout."
+        ),
+    ] = "",
+    accept_seconds: Annotated[
+        float, typer.Option(min=1, help="Seconds of steady uploads per accept-latency phase.")
+    ] = 10.0,
+    out: OutOption = None,
+) -> None:
+    """Run every phase and print one table (see docs/performance.md)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from knowledgeops.bench import run as bench_run
+
+    skipped = {part.strip() for part in skip.split(",") if part.strip()}
+    unknown = skipped - set(bench_run.PHASES)
+    if unknown:
+        raise _fail(
+            f"--skip: unknown phase {', '.join(sorted(unknown))}; the phases are "
+            + ", ".join(bench_run.PHASES)
+        )
+    folder = _corpus(corpus, source)
+    report = bench_run.run_bench(
+        folder,
+        workers=workers,
+        scaleout_workers=tuple(_counts(scaleout_workers, "--scaleout-workers")),
+        skip=frozenset(skipped),
+        accept_seconds=accept_seconds,
+    )
+    console.print(escape(bench_run.render(report)), highlight=False)
+    if out is not None:
+        bench_run.write_json(report, out)
+    if any(run.failed for run in report.runs):
+        raise typer.Exit(1)
+
+
+@bench_app.command("corpus")
+def bench_corpus_command(
+    out: Annotated[Path, typer.Option(help="Folder to write the corpus into.")],
+    source: SourceOption = None,
+) -> None:
+    """Build the bench's corpus (at least 50 files of every format, one over 300 pages)."""
+    from knowledgeops.bench import corpus as bench_corpus
+
+    found = source or bench_corpus.find_source()
+    if found is None:
+        raise _fail(
+            "give --source DIR: the folder holding rustbook.pdf, reference.html, licenses.txt"
+        )
+    folder = bench_corpus.build(found, out)
+    files = sorted(p.name for p in folder.iterdir() if p.name != "manifest.json")
+    console.print(f"{len(files)} documents in {folder}", highlight=False)
+
+
+@bench_app.command("memory")
+def bench_memory(
+    corpus: CorpusOption = None,
+    source: SourceOption = None,
+    documents: Annotated[int, typer.Option(min=10, help="Small documents to ingest.")] = 1000,
+    copies: Annotated[
+        int, typer.Option(min=1, help="Times the corpus's largest PDF is repeated in the big one.")
+    ] = 4,
+    upload_mb: Annotated[int, typer.Option(min=1, help="Size of the big PDF, in MB.")] = 500,
+    out: OutOption = None,
+) -> None:
+    """The service's memory over many documents, and on one very large PDF."""
+    import json
+    from dataclasses import asdict
+
+    from knowledgeops.bench import run as bench_run
+    from knowledgeops.bench.endtoend import corpus_files
+    from knowledgeops.bench.memory import run_memory
+
+    files = corpus_files(_corpus(corpus, source))
+    figures = run_memory(
+        bench_run.corpus_text(files),
+        bench_run.largest_pdf(files),
+        documents=documents,
+        copies=copies,
+        upload_mb=upload_mb,
+    )
+    console.print_json(json.dumps(asdict(figures)))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(asdict(figures), indent=2))
 
 
 @bench_app.command("embedded")
 def bench_embedded(
-    corpus: Annotated[Path, typer.Option(help="Folder of documents to ingest.", exists=True)],
+    corpus: CorpusOption = None,
+    source: SourceOption = None,
     workers: Annotated[int, typer.Option(min=1, help="Worker threads of kops serve.")] = 2,
-    out: Annotated[Path | None, typer.Option(help="Write the figures as JSON here.")] = None,
+    out: OutOption = None,
 ) -> None:
     """Start `kops serve` in a fresh folder, upload the corpus over HTTP, follow it to the end."""
-    from knowledgeops import bench
+    from knowledgeops.bench import run as bench_run
 
-    figures = bench.run_embedded(corpus, workers=workers)
-    console.print(escape(bench.render(figures)), highlight=False)
+    report = bench_run.run_bench(
+        _corpus(corpus, source),
+        workers=workers,
+        skip=frozenset(bench_run.PHASES) - {"embedded"},
+    )
+    console.print(escape(bench_run.render(report)), highlight=False)
     if out is not None:
-        bench.write_json(figures, out)
-    if figures.failed:
+        bench_run.write_json(report, out)
+    if any(run.failed for run in report.runs):
         raise typer.Exit(1)
 
 
 @bench_app.command("scaleout")
 def bench_scaleout(
-    corpus: Annotated[Path, typer.Option(help="Folder of documents to ingest.", exists=True)],
+    corpus: CorpusOption = None,
+    source: SourceOption = None,
     workers: Annotated[
         str, typer.Option(help="Worker process counts to compare, comma-separated.")
     ] = "1,2",
-    out: Annotated[Path | None, typer.Option(help="Write the figures as JSON here.")] = None,
+    out: OutOption = None,
 ) -> None:
     """Start the scale-out topology (own PostgreSQL + Redis) per worker count, upload the
     corpus over HTTP, follow it to the end, and compare."""
     import json
     from dataclasses import asdict
 
-    from knowledgeops import bench_scaleout
+    from knowledgeops.bench import scaleout
 
-    try:
-        counts = [int(part) for part in workers.split(",") if part.strip()]
-    except ValueError:
-        raise _fail(f"--workers: expected numbers like 1,2 (got {workers!r})") from None
-    if not counts or min(counts) < 1:
-        raise _fail("--workers: give at least one count of 1 or more")
-    results = bench_scaleout.run_scaleout(corpus, worker_counts=counts)
-    console.print(escape(bench_scaleout.render(results)), highlight=False)
+    counts = _counts(workers, "--workers")
+    results = scaleout.run_scaleout(_corpus(corpus, source), worker_counts=counts)
+    console.print(escape(scaleout.render(results)), highlight=False)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps([asdict(r) for r in results], indent=2))

@@ -40,6 +40,7 @@ from knowledgeops.ingest.embedders.cache import (
 from knowledgeops.ingest.embedders.limits import ConcurrencyLimit, LocalLimit, RedisLimit
 from knowledgeops.ingest.embedders.local import LocalMiniLM, load_tokenizer
 from knowledgeops.ingest.embedders.openai import KeySource, OpenAIEmbedder
+from knowledgeops.ingest.embedders.scheduler import ModelScheduler
 from knowledgeops.ingest.index.pgvector import PgVectorIndex
 from knowledgeops.ingest.index.sqlite import SqliteIndex
 from knowledgeops.ingest.lifecycle import DocumentLifecycle
@@ -109,8 +110,13 @@ def make_model(settings: Settings) -> Embedder:
 
 
 def make_embedder(settings: Settings, db: Database, embedder: Embedder | None = None) -> Embedder:
-    """The model (or the one given, in tests), behind the embedding cache unless it is off."""
+    """The model (or the one given, in tests), behind the embedding cache unless it is off. The
+    local model runs in its own thread, fed in batches across documents (ModelScheduler)."""
     model: Embedder = embedder or make_model(settings)
+    if isinstance(model, LocalMiniLM):
+        model = ModelScheduler(
+            model, batch_size=settings.embed_batch_size, nice=settings.worker_nice
+        )
     if not settings.embed_cache:
         return model
     cache: EmbeddingCache = (
@@ -119,6 +125,23 @@ def make_embedder(settings: Settings, db: Database, embedder: Embedder | None = 
         else SqlEmbeddingCache(db)
     )
     return CachedEmbedder(model, cache)
+
+
+def direct_model(embedder: Embedder) -> Embedder:
+    """The model itself, past the cache and the scheduler (search embeds a query at once, not
+    behind the ingestion batches waiting for the model thread)."""
+    if isinstance(embedder, CachedEmbedder):
+        embedder = embedder.inner
+    if isinstance(embedder, ModelScheduler):
+        embedder = embedder.model
+    return embedder
+
+
+def close_embedder(embedder: Embedder) -> None:
+    """Stop the model thread, if there is one."""
+    inner = embedder.inner if isinstance(embedder, CachedEmbedder) else embedder
+    if isinstance(inner, ModelScheduler):
+        inner.close()
 
 
 def preload(embedder: Embedder) -> None:
@@ -177,8 +200,7 @@ class Services(ABC):
             max_waiting_jobs=settings.max_waiting_jobs,
         )
         # queries go to the model directly: caching each one would cost a write per search
-        # queries go to the model directly: caching each one would cost a write per search
-        model = self.embedder.inner if isinstance(self.embedder, CachedEmbedder) else self.embedder
+        model = direct_model(self.embedder)
         if isinstance(model, OpenAIEmbedder):
             model = model.for_queries()  # a query does not queue behind ingestion for a slot
         self.search = Search(self.db, self.datasets, self.index, model)
@@ -299,7 +321,9 @@ class Embedded(Services):
             clock=clock,
             owner_prefix=f"serve-{os.getpid()}",
         )
-        self.workers = WorkerPool(self.queue, self.runner, settings.workers)
+        self.workers = WorkerPool(
+            self.queue, self.runner, settings.workers, nice=settings.worker_nice
+        )
 
     def notify(self) -> None:
         self.relay.wake()
@@ -336,6 +360,7 @@ class Embedded(Services):
         self.workers.stop(timeout=self.settings.shutdown_grace_s)
         self._release_unfinished()  # first: a parse cut short below must not fail its job
         self.pipeline.parsing.close()
+        close_embedder(self.embedder)
         self.relay.stop()
         self.heartbeat.stop()
         self.db.dispose()
@@ -465,6 +490,7 @@ class WorkerRuntime:
                 log.warning("job %s: could not be released at shutdown", lease.job_id)
         self.heartbeat.stop()
         self.pipeline.parsing.close()
+        close_embedder(self.embedder)
         self.db.dispose()
 
 

@@ -102,7 +102,20 @@ class Settings(BaseSettings):
         4, ge=1, le=256, description="Requests at once, shared by all workers (Redis if set)."
     )
     openai_timeout_s: float = Field(30.0, gt=0)
-    model_threads: int = Field(0, ge=0, description="Torch threads for the model; 0 = all cores.")
+    model_threads: int = Field(
+        0,
+        ge=0,
+        description="Torch threads for the model; 0 = the cores this process may use "
+        "(CPU affinity and the cgroup's CPU quota).",
+    )
+    worker_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="How much lower the CPU priority of the model and the worker threads is "
+        "than the API's (Linux nice, per thread), so uploads are answered at once while the "
+        "model saturates the cores; 0 = the same.",
+    )
     embed_batch_size: int = Field(32, ge=1, le=1024)
     chunk_size: int = Field(200, ge=16, description="Tokens per chunk (model tokenizer).")
     chunk_overlap: int = Field(30, ge=0, description="Tokens shared by neighbouring chunks.")

@@ -42,3 +42,28 @@ def test_batching_does_not_change_vectors(model: LocalMiniLM) -> None:
     alone = np.stack([model.embed([t])[0] for t in texts])
     assert np.allclose(together, alone, atol=1e-5)
     assert model.calls >= 3
+
+
+def test_the_scheduler_gives_each_document_the_vectors_of_its_texts_alone(
+    model: LocalMiniLM,
+) -> None:
+    """Chunks of several documents merged into length-sorted batches get the same vectors as each
+    document embedded on its own (the model masks padding), and token counts order them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from knowledgeops.ingest.embedders.scheduler import ModelScheduler
+
+    documents = [
+        ["Ownership rules in Rust.", "Each value has an owner; when it goes out of scope, drop."],
+        ["Borrowing lets code use a value without taking it. " * 6],
+        ["Lifetimes.", "A reference must not outlive its referent.", "Generic lifetimes."],
+    ]
+    scheduler = ModelScheduler(model, batch_size=4, nice=0)
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            merged = list(pool.map(scheduler.embed, documents))
+    finally:
+        scheduler.close()
+    for texts, vectors in zip(documents, merged, strict=True):
+        assert np.allclose(vectors, model.embed(texts), atol=1e-5)
+    assert model.token_lengths(["a", "a b c d"]) == [3, 6]  # with [CLS] and [SEP]

@@ -7,6 +7,7 @@ two writers queue on the busy timeout instead of failing half-way through a tran
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -82,6 +83,11 @@ class Database:
         self.url = url
         self.engine = create_db_engine(url)
         self.dialect = self.engine.dialect.name
+        # SQLite has one writer at a time. Its own busy handler makes a waiting writer sleep
+        # and poll (up to 100 ms a nap), so under steady worker writes an upload can wait for
+        # a second; this process's writers queue on a lock instead and are woken the moment
+        # the writer before them commits. Other processes still meet the busy timeout.
+        self._write_lock: threading.RLock | None = threading.RLock() if self.is_sqlite else None
 
     @property
     def is_sqlite(self) -> bool:
@@ -90,6 +96,15 @@ class Database:
     @contextmanager
     def write(self) -> Iterator[Connection]:
         """A transaction that may write; commits on success, rolls back on any exception."""
+        if self._write_lock is None:
+            with self._transaction() as conn:
+                yield conn
+            return
+        with self._write_lock, self._transaction() as conn:
+            yield conn
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
         with self.engine.connect() as conn:
             conn.execution_options(kops_write=True)  # read by _on_begin: BEGIN IMMEDIATE
             with conn.begin():

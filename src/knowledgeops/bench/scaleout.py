@@ -17,14 +17,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from knowledgeops.bench import EmbeddedFigures, _measure, corpus_files
+from knowledgeops.bench.endtoend import RunFigures, connect, corpus_files, measure
 from knowledgeops.devpg import LocalPostgres, free_port
 from knowledgeops.topology import LocalRedis, Topology
 
 
 def run_scaleout(
     corpus: Path, *, worker_counts: list[int], timeout_s: float = 3600
-) -> list[EmbeddedFigures]:
+) -> list[RunFigures]:
     files = corpus_files(corpus)
     if not files:
         raise SystemExit(f"no documents in {corpus}")
@@ -53,7 +53,7 @@ def _one_run(
     redis_server: LocalRedis,
     root: Path,
     timeout_s: float,
-) -> EmbeddedFigures:
+) -> RunFigures:
     import psycopg
     import redis
 
@@ -78,9 +78,15 @@ def _one_run(
         started = time.perf_counter()
         topology.start(workers=workers, concurrency=1)
         log = topology.root / "logs" / "api1.log"
-        figures = _measure(
-            files, topology.url, started, workers, timeout_s, log, api_key=topology.api_key
-        )
+        with connect(topology.url, started, log, api_key=topology.api_key) as (client, ready_s):
+            figures = measure(
+                f"scale-out, {workers} worker(s)",
+                client,
+                files,
+                ready_s=ready_s,
+                workers=workers,
+                timeout_s=timeout_s,
+            )
     finally:
         topology.stop()
     figures.extra["model_threads_per_worker"] = threads
@@ -88,7 +94,7 @@ def _one_run(
     return figures
 
 
-def render(results: list[EmbeddedFigures]) -> str:
+def render(results: list[RunFigures]) -> str:
     rows: list[tuple[str, list[Any]]] = []
     names = [n for n in asdict(results[0]) if n != "extra"]
     for name in names:
