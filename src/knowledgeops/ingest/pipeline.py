@@ -20,15 +20,14 @@ from sqlalchemy import select, update
 from knowledgeops.blobs import LocalBlobStore
 from knowledgeops.db.engine import Database
 from knowledgeops.db.schema import datasets, documents
-from knowledgeops.errors import PermanentError, UserActionRequired
-from knowledgeops.ingest.chunker import ChunkDraft, TokenChunker, Tokenizer
-from knowledgeops.ingest.clean import clean_blocks
+from knowledgeops.errors import PermanentError
+from knowledgeops.ingest.chunker import ChunkDraft, Tokenizer
 from knowledgeops.ingest.embedders.base import Embedder
 from knowledgeops.ingest.embedders.cache import CachedEmbedder
 from knowledgeops.ingest.index.base import ChunkIndex, IndexedChunk, chunk_id
-from knowledgeops.ingest.parsers.base import Block
 from knowledgeops.ingest.parsers.isolated import InlineParsing, Parsing
 from knowledgeops.ingest.parsers.limits import DEFAULT_LIMITS
+from knowledgeops.ingest.prepare import ChunkSpec, ChunkStream
 from knowledgeops.jobs.runner import JobContext
 from knowledgeops.jobs.states import Stage
 
@@ -77,19 +76,25 @@ class IngestPipeline:
             raise PermanentError(
                 "the stored file is missing; upload the document again", code="file_missing"
             )
-        pages = _PageCounter()
-        chunker = TokenChunker(self.tokenizer, size=source.chunk_size, overlap=source.chunk_overlap)
-        with closing(self.parsing.parse(path, source.content_type)) as parsed:
-            blocks = _text_limit(pages.count(clean_blocks(parsed)), self.limits.max_text_chars)
-            drafts = _chunk_limit(chunker.chunk(_announce(blocks, ctx)), self.limits.max_chunks)
-            total = self._embed_and_index(ctx, drafts)
+        spec = ChunkSpec(
+            size=source.chunk_size,
+            overlap=source.chunk_overlap,
+            max_text_chars=self.limits.max_text_chars,
+            max_chunks=self.limits.max_chunks,
+        )
+        # parsed, cleaned and chunked where the parser runs (its own process by default), so
+        # the next chunks are made while this thread waits for the model
+        stream = ChunkStream(self.parsing.chunks(path, source.content_type, spec, self.tokenizer))
+        with closing(stream):
+            total = self._embed_and_index(ctx, _announce(stream, ctx))
         if not total:
             raise PermanentError(
                 f"no text was found in {source.file_name}; check that the file has text "
                 "(a scanned document needs OCR first)",
                 code="no_text",
             )
-        ctx.report(stage=Stage.INDEXING, work=lambda tx: self._record_pages(tx, ctx, pages.last))
+        pages = stream.pages
+        ctx.report(stage=Stage.INDEXING, work=lambda tx: self._record_pages(tx, ctx, pages))
 
     def _source(self, document_id: str) -> _Source:
         with self.db.read() as conn:
@@ -199,48 +204,12 @@ class _Counts:
     embedded: int = 0  # texts the model was given (the rest came from the cache)
 
 
-class _PageCounter:
-    def __init__(self) -> None:
-        self.last: int | None = None
-
-    def count(self, blocks: Iterable[Block]) -> Iterator[Block]:
-        for block in blocks:
-            if block.page is not None:
-                self.last = max(self.last or 0, block.page)
-            yield block
-
-
-def _text_limit(blocks: Iterable[Block], most: int) -> Iterator[Block]:
-    """Stop a document whose text passes `most` characters (KOPS_MAX_TEXT_CHARS)."""
-    seen = 0
-    for block in blocks:
-        seen += len(block.text)
-        if seen > most:
-            raise UserActionRequired(
-                f"The document holds more than {most:,} characters of text "
-                "(KOPS_MAX_TEXT_CHARS). Split it into smaller documents.",
-                code="text_too_long",
-            )
-        yield block
-
-
-def _chunk_limit(drafts: Iterable[ChunkDraft], most: int) -> Iterator[ChunkDraft]:
-    """The drafts, failing at the first past `most` (KOPS_MAX_CHUNKS_PER_DOCUMENT)."""
-    for count, draft in enumerate(drafts, start=1):
-        if count > most:
-            raise UserActionRequired(
-                f"The document makes more than {most:,} chunks (KOPS_MAX_CHUNKS_PER_DOCUMENT). "
-                "Split it into smaller documents.",
-                code="too_many_chunks",
-            )
-        yield draft
-
-
-def _announce(blocks: Iterable[Block], ctx: JobContext) -> Iterator[Block]:
-    """Move to the chunking stage once the parser has produced text (the two then stream)."""
+def _announce(drafts: Iterable[ChunkDraft], ctx: JobContext) -> Iterator[ChunkDraft]:
+    """Move to the chunking stage once the parser's text has made a first chunk (parsing and
+    chunking then stream on together)."""
     announced = False
-    for block in blocks:
+    for draft in drafts:
         if not announced:
             ctx.report(stage=Stage.CHUNKING)
             announced = True
-        yield block
+        yield draft

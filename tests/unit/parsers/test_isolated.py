@@ -6,14 +6,19 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from knowledgeops.errors import ErrorCategory, JobError
+from knowledgeops.ingest.chunker import ChunkDraft, HFTokenizer
+from knowledgeops.ingest.embedders.local import load_tokenizer
 from knowledgeops.ingest.parsers.base import ContentType
 from knowledgeops.ingest.parsers.isolated import InlineParsing, IsolatedParsing, ParserProcess
 from knowledgeops.ingest.parsers.limits import DEFAULT_LIMITS, ParseLimits
+from knowledgeops.ingest.prepare import ChunkSpec, ChunkStream
 from tests.conftest import wait_for
 from tests.fixtures.documents import (
     make_corrupt_pdf,
@@ -58,6 +63,51 @@ def test_the_same_blocks_as_parsing_inline(tmp_path: Path) -> None:
             expected = list(inline.parse(path, content_type))
             assert expected, path
             assert list(isolated.parse(path, content_type)) == expected, path
+    finally:
+        isolated.close()
+
+
+def _drafts_and_pages(gen: Generator[ChunkDraft, None, int | None]) -> tuple[list[Any], Any]:
+    stream = ChunkStream(gen)
+    return list(stream), stream.pages
+
+
+def test_the_child_cleans_and_chunks_exactly_as_the_worker_would(
+    tmp_path: Path, big_pdf: Path
+) -> None:
+    """Chunking moved into the parser's process: the same drafts (text, ordinals, tokens, pages,
+    sections) and the same page count as cleaning and chunking inline, for every format."""
+    tokenizer = HFTokenizer(load_tokenizer())
+    spec = ChunkSpec(size=48, overlap=8, max_text_chars=10**7, max_chunks=10**5)
+    isolated, inline = IsolatedParsing(DEFAULT_LIMITS), InlineParsing(DEFAULT_LIMITS)
+    try:
+        for path, content_type in [*_samples(tmp_path), (big_pdf, ContentType.PDF)]:
+            expected = _drafts_and_pages(inline.chunks(path, content_type, spec, tokenizer))
+            assert expected[0], path
+            got = _drafts_and_pages(isolated.chunks(path, content_type, spec, tokenizer))
+            assert got == expected, path
+        assert expected[1] == 400  # the big PDF's last page
+        assert len(expected[0]) > 100
+    finally:
+        isolated.close()
+
+
+def test_limits_met_while_chunking_in_the_child_keep_their_message(tmp_path: Path) -> None:
+    tokenizer = HFTokenizer(load_tokenizer())
+    path = make_text(tmp_path / "long.txt", "Words and more words here.\n\n" * 400)
+    isolated = IsolatedParsing(DEFAULT_LIMITS)
+    try:
+        for spec, code in [
+            (ChunkSpec(size=32, overlap=4, max_text_chars=1000, max_chunks=10**5), "text_too_long"),
+            (ChunkSpec(size=32, overlap=4, max_text_chars=10**7, max_chunks=5), "too_many_chunks"),
+        ]:
+            with pytest.raises(JobError) as caught:
+                list(isolated.chunks(path, "text/plain", spec, tokenizer))
+            assert caught.value.code == code
+            assert caught.value.category is ErrorCategory.USER_ACTION_REQUIRED
+        # and the same child serves the next document
+        ok = ChunkSpec(size=32, overlap=4, max_text_chars=10**7, max_chunks=10**5)
+        assert list(isolated.chunks(path, "text/plain", ok, tokenizer))
     finally:
         isolated.close()
 

@@ -3,14 +3,18 @@
 It limits its own address space to MB MiB, then answers parse requests that arrive on the socket
 FD, streaming blocks back; it exits when the socket closes or its parent process goes away.
 Messages are JSON in both directions (never pickle: the worker must not run code a compromised
-parser sends it). Requests: {"path", "type", "limits"}; answers: {"kind": "blocks", "blocks":
-[[text, page, section], …]}, {"kind": "done"}, {"kind": "error", "category", "code", "message"},
-{"kind": "memory"}, {"kind": "oserror", "errno", "message"}.
+parser sends it). Requests: {"path", "type", "limits"} and, to have the child clean and chunk
+too (ingest/prepare.py), "chunk": {"size", "overlap", "max_text_chars", "max_chunks"}; answers:
+{"kind": "blocks", "blocks": [[text, page, section], …]} or {"kind": "drafts", "drafts":
+[[ordinal, text, tokens, page_start, page_end, section], …]}, then {"kind": "done", "pages"}, or
+{"kind": "error", "category", "code", "message"}, {"kind": "memory"}, {"kind": "oserror",
+"errno", "message"}.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import resource
@@ -19,11 +23,17 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from knowledgeops.ingest.parsers.base import Block
 
 BATCH_BLOCKS = 64  # blocks per message
 BATCH_CHARS = 1_000_000  # … or fewer, once they hold this much text
+BATCH_DRAFTS = 32  # chunk drafts per message (small: the worker embeds while more are made)
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -45,6 +55,7 @@ def serve(conn: Connection) -> None:
     from knowledgeops.ingest.parsers.registry import parse
 
     fields = {f.name for f in dataclasses.fields(ParseLimits)}
+    _tokenizer()  # loaded before "ready": its load is no document's parse time
     _send(conn, {"kind": "ready", "pid": os.getpid()})
     while True:
         try:
@@ -54,17 +65,13 @@ def serve(conn: Connection) -> None:
         limits = ParseLimits(**{k: v for k, v in request["limits"].items() if k in fields})
         try:
             with parse_limits.using(limits):
-                batch: list[tuple[str, int | None, str | None]] = []
-                size = 0
-                for block in parse(Path(request["path"]), request["type"]):
-                    batch.append((block.text, block.page, block.section))
-                    size += len(block.text)
-                    if len(batch) >= BATCH_BLOCKS or size >= BATCH_CHARS:
-                        _send(conn, {"kind": "blocks", "blocks": batch})
-                        batch, size = [], 0
-                if batch:
-                    _send(conn, {"kind": "blocks", "blocks": batch})
-            _send(conn, {"kind": "done"})
+                blocks = parse(Path(request["path"]), request["type"])
+                if request.get("chunk") is None:
+                    _send_blocks(conn, blocks)
+                    pages = None
+                else:
+                    pages = _send_drafts(conn, blocks, request["chunk"])
+            _send(conn, {"kind": "done", "pages": pages})
         except JobError as exc:
             category = exc.category.value
             _send(
@@ -72,13 +79,50 @@ def serve(conn: Connection) -> None:
                 {"kind": "error", "category": category, "code": exc.code, "message": exc.message},
             )
         except MemoryError:
-            batch = []
             _send(conn, {"kind": "memory"})
             return  # the heap may be in a poor state: the parent starts a fresh process
         except OSError as exc:
             _send(
                 conn, {"kind": "oserror", "errno": exc.errno, "message": exc.strerror or str(exc)}
             )
+
+
+def _send_blocks(conn: Connection, blocks: Iterable[Block]) -> None:
+    batch: list[tuple[str, int | None, str | None]] = []
+    size = 0
+    for block in blocks:
+        batch.append((block.text, block.page, block.section))
+        size += len(block.text)
+        if len(batch) >= BATCH_BLOCKS or size >= BATCH_CHARS:
+            _send(conn, {"kind": "blocks", "blocks": batch})
+            batch, size = [], 0
+    if batch:
+        _send(conn, {"kind": "blocks", "blocks": batch})
+
+
+@functools.cache
+def _tokenizer() -> Any:
+    """The model's tokenizer, loaded once per child (the worker chunks with the same one)."""
+    from knowledgeops.ingest.chunker import HFTokenizer
+    from knowledgeops.ingest.embedders.local import load_tokenizer
+
+    return HFTokenizer(load_tokenizer())
+
+
+def _send_drafts(conn: Connection, blocks: Iterable[Block], spec: dict[str, Any]) -> int | None:
+    """Clean and chunk here too, streaming the drafts back."""
+    from knowledgeops.ingest.prepare import ChunkSpec, ChunkStream, prepare
+
+    stream = ChunkStream(prepare(blocks, _tokenizer(), ChunkSpec(**spec)))
+    batch: list[tuple[int, str, int, int | None, int | None, str | None]] = []
+    for d in stream:
+        batch.append((d.ordinal, d.text, d.token_count, d.page_start, d.page_end, d.section))
+        if len(batch) >= BATCH_DRAFTS:
+            _send(conn, {"kind": "drafts", "drafts": batch})
+            batch = []
+    if batch:
+        _send(conn, {"kind": "drafts", "drafts": batch})
+    return stream.pages
 
 
 def main() -> None:

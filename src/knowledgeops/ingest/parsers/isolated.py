@@ -3,7 +3,10 @@
 Each worker thread owns one parser process (started on first use, reused for later documents).
 The child (child.py, a fresh interpreter started with `python -m`) parses with the same registry,
 under an address-space limit (RLIMIT_AS), and streams the blocks back in batches over a socket
-pair; the parent counts the time it waits for them. Then:
+pair; the parent counts the time it waits for them. The pipeline asks for chunk drafts
+(`chunks`): the child then also cleans and chunks (ingest/prepare.py) with the model's
+tokenizer, so that CPU work runs beside the worker's process, not under its GIL, while the
+worker embeds and writes the drafts already made. Then:
 
 - the parser takes longer than `parse_timeout_s` → the child is killed, the job fails
   (`parse_timeout`, user action: split the file, or raise the limit);
@@ -38,8 +41,10 @@ from knowledgeops.errors import (
     TransientError,
     UserActionRequired,
 )
+from knowledgeops.ingest.chunker import ChunkDraft, Tokenizer
 from knowledgeops.ingest.parsers.base import Block
 from knowledgeops.ingest.parsers.limits import ParseLimits
+from knowledgeops.ingest.prepare import ChunkSpec, prepare
 
 log = logging.getLogger(__name__)
 
@@ -126,16 +131,45 @@ class ParserProcess:
         """The file's blocks, lazily: nothing is sent to the child before the first `next`. A
         request left unfinished (the iterator dropped unclosed) costs the next call a fresh
         child, so no document ever reads another's blocks."""
+        for item in self._request(path, content_type, limits, None):
+            assert isinstance(item, Block)
+            yield item
+
+    def chunks(
+        self, path: Path, content_type: str, limits: ParseLimits, spec: ChunkSpec
+    ) -> Generator[ChunkDraft, None, int | None]:
+        """The file's chunk drafts, cleaned and chunked in the child too (ingest/prepare.py);
+        returns the last page number. Lazy, like `parse`."""
+        answers = self._request(path, content_type, limits, spec)
+        while True:
+            try:
+                item = next(answers)
+            except StopIteration as stop:
+                pages = stop.value
+                return pages if isinstance(pages, int) else None
+            assert isinstance(item, ChunkDraft)
+            yield item
+
+    def _request(
+        self, path: Path, content_type: str, limits: ParseLimits, spec: ChunkSpec | None
+    ) -> Generator[Block | ChunkDraft, None, Any]:
         conn = self._start(limits.parse_memory_mb)
-        request = {"path": str(path), "type": content_type, "limits": dataclasses.asdict(limits)}
+        request = {
+            "path": str(path),
+            "type": content_type,
+            "limits": dataclasses.asdict(limits),
+            "chunk": None if spec is None else dataclasses.asdict(spec),
+        }
         self._busy = True
         try:
             conn.send_bytes(json.dumps(request).encode())
         except OSError:
             raise self._crashed() from None
-        yield from self._answers(conn, limits)
+        return (yield from self._answers(conn, limits))
 
-    def _answers(self, conn: Connection, limits: ParseLimits) -> Iterator[Block]:
+    def _answers(
+        self, conn: Connection, limits: ParseLimits
+    ) -> Generator[Block | ChunkDraft, None, Any]:
         waited = 0.0
         finished = False
         try:
@@ -159,11 +193,14 @@ class ParserProcess:
                 if kind == "blocks":
                     yield from _blocks(message)
                     continue
+                if kind == "drafts":
+                    yield from _drafts(message)
+                    continue
                 finished = kind in ("done", "error", "oserror")
                 if finished:
                     self._busy = False
                 if kind == "done":
-                    return
+                    return message.get("pages")
                 if kind == "error":
                     raise _job_error(message)
                 if kind == "oserror":
@@ -237,6 +274,24 @@ def _blocks(message: dict[str, Any]) -> Iterator[Block]:
         yield Block(text=text, page=page, section=section)
 
 
+def _drafts(message: dict[str, Any]) -> Iterator[ChunkDraft]:
+    """The chunk drafts of one message, checked field by field."""
+    for item in message.get("drafts", ()):
+        ordinal, text, tokens, page_start, page_end, section = item
+        valid = (
+            isinstance(ordinal, int)
+            and isinstance(text, str)
+            and isinstance(tokens, int)
+            and all(p is None or isinstance(p, int) for p in (page_start, page_end))
+            and (section is None or isinstance(section, str))
+        )
+        if not valid:
+            raise PermanentError(
+                "the parser process answered something unexpected", code="parser_crashed"
+            )
+        yield ChunkDraft(ordinal, text, tokens, page_start, page_end, section)
+
+
 def _job_error(message: dict[str, Any]) -> JobError:
     code, text = str(message.get("code", "parse_error")), str(message.get("message", ""))
     if message.get("category") == ErrorCategory.USER_ACTION_REQUIRED.value:
@@ -245,11 +300,16 @@ def _job_error(message: dict[str, Any]) -> JobError:
 
 
 class Parsing(Protocol):
-    """Where parsers run: `parse` streams a stored file's blocks under `limits`."""
+    """Where parsers run: `parse` streams a stored file's blocks under `limits`; `chunks` its
+    chunk drafts (cleaned and chunked where it was parsed) and returns its last page number."""
 
     limits: ParseLimits
 
     def parse(self, path: Path, content_type: str) -> Generator[Block, None, None]: ...
+
+    def chunks(
+        self, path: Path, content_type: str, spec: ChunkSpec, tokenizer: Tokenizer
+    ) -> Generator[ChunkDraft, None, int | None]: ...
 
     def close(self) -> None: ...
 
@@ -275,6 +335,12 @@ class IsolatedParsing:
     def parse(self, path: Path, content_type: str) -> Generator[Block, None, None]:
         return self._mine().parse(path, content_type, self.limits)
 
+    def chunks(
+        self, path: Path, content_type: str, spec: ChunkSpec, tokenizer: Tokenizer
+    ) -> Generator[ChunkDraft, None, int | None]:
+        """`tokenizer` is not sent: the child chunks with the model's own (the pipeline's)."""
+        return self._mine().chunks(path, content_type, self.limits, spec)
+
     def close(self) -> None:
         with self._guard:
             for process in self._all:
@@ -297,6 +363,11 @@ class InlineParsing:
                 yield from parse(path, content_type)
 
         return blocks()
+
+    def chunks(
+        self, path: Path, content_type: str, spec: ChunkSpec, tokenizer: Tokenizer
+    ) -> Generator[ChunkDraft, None, int | None]:
+        return prepare(self.parse(path, content_type), tokenizer, spec)
 
     def close(self) -> None:
         pass
