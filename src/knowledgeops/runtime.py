@@ -39,6 +39,7 @@ from knowledgeops.ingest.embedders.cache import (
 )
 from knowledgeops.ingest.embedders.limits import ConcurrencyLimit, LocalLimit, RedisLimit
 from knowledgeops.ingest.embedders.local import LocalMiniLM, load_tokenizer
+from knowledgeops.ingest.embedders.onnx_int8 import OnnxMiniLM
 from knowledgeops.ingest.embedders.openai import KeySource, OpenAIEmbedder
 from knowledgeops.ingest.embedders.scheduler import ModelScheduler
 from knowledgeops.ingest.index.pgvector import PgVectorIndex
@@ -106,6 +107,8 @@ def make_model(settings: Settings) -> Embedder:
             limit=limit,
             timeout_s=settings.openai_timeout_s,
         )
+    if settings.model_variant == "int8":
+        return OnnxMiniLM(settings.data_dir / "models", threads=settings.model_threads)
     return LocalMiniLM(threads=settings.model_threads)
 
 
@@ -113,7 +116,7 @@ def make_embedder(settings: Settings, db: Database, embedder: Embedder | None = 
     """The model (or the one given, in tests), behind the embedding cache unless it is off. The
     local model runs in its own thread, fed in batches across documents (ModelScheduler)."""
     model: Embedder = embedder or make_model(settings)
-    if isinstance(model, LocalMiniLM):
+    if isinstance(model, LocalMiniLM | OnnxMiniLM):
         model = ModelScheduler(
             model, batch_size=settings.embed_batch_size, nice=settings.worker_nice
         )

@@ -9,7 +9,10 @@ by this is the share of the model's best the service achieves.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 
 @dataclass
@@ -22,6 +25,53 @@ class RawFigures:
     model_threads: int
     batch_size: int
     model: str
+    vectors: Any = field(default=None, repr=False)  # kept for the int8 comparison, not reported
+
+
+@dataclass
+class Int8Figures:
+    chunks: int
+    seconds: float
+    chunks_per_s: float
+    speedup_vs_fp32: float
+    mean_cosine_to_fp32: float  # over exactly the pipeline's chunks
+    min_cosine_to_fp32: float
+    build: dict[str, object]
+
+
+def run_int8(
+    chunks: list[tuple[str, int]], fp32: RawFigures, *, threads: int, batch_size: int
+) -> Int8Figures:
+    """The int8 variant on the same chunks, batched the same way: speed, and how close its
+    vectors are to the fp32 model's on these real chunks."""
+    import tempfile
+    from pathlib import Path
+
+    import numpy as np
+
+    from knowledgeops.ingest.embedders.onnx_int8 import OnnxMiniLM
+    from knowledgeops.ingest.embedders.scheduler import length_batches
+
+    with tempfile.TemporaryDirectory(prefix="kops-bench-int8-") as folder:
+        model = OnnxMiniLM(Path(folder), threads=threads)
+        model.load()
+        texts = [text for text, _ in chunks]
+        batches = length_batches(model.token_lengths(texts), batch_size)
+        vectors = np.zeros((len(texts), model.dimension), dtype=np.float32)
+        began = time.perf_counter()
+        for batch in batches:
+            vectors[batch] = model.embed([texts[i] for i in batch])
+        seconds = time.perf_counter() - began
+        cosine = (vectors * fp32.vectors).sum(axis=1)
+        return Int8Figures(
+            chunks=len(texts),
+            seconds=round(seconds, 2),
+            chunks_per_s=round(len(texts) / seconds, 1),
+            speedup_vs_fp32=round(fp32.seconds / seconds, 2),
+            mean_cosine_to_fp32=round(float(cosine.mean()), 4),
+            min_cosine_to_fp32=round(float(cosine.min()), 4),
+            build=dict(model.check),
+        )
 
 
 def run_raw(chunks: list[tuple[str, int]], *, threads: int, batch_size: int) -> RawFigures:
@@ -32,9 +82,10 @@ def run_raw(chunks: list[tuple[str, int]], *, threads: int, batch_size: int) -> 
     model.load()
     model.embed(["warm-up"])  # the first call pays one-off costs the service paid before ready
     batches = length_batches(model.token_lengths([text for text, _ in chunks]), batch_size)
+    vectors = np.zeros((len(chunks), model.dimension), dtype=np.float32)
     began = time.perf_counter()
     for batch in batches:
-        model.embed([chunks[i][0] for i in batch])
+        vectors[batch] = model.embed([chunks[i][0] for i in batch])
     seconds = time.perf_counter() - began
     return RawFigures(
         chunks=len(chunks),
@@ -45,4 +96,5 @@ def run_raw(chunks: list[tuple[str, int]], *, threads: int, batch_size: int) -> 
         model_threads=model.threads,
         batch_size=batch_size,
         model=MODEL_ID,
+        vectors=vectors,
     )

@@ -35,6 +35,8 @@ from knowledgeops.bench.endtoend import (
     wait_for_stage,
 )
 from knowledgeops.bench.memory import MemoryFigures, run_memory
+from knowledgeops.bench.peer import PeerFigures
+from knowledgeops.bench.raw import Int8Figures, RawFigures
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +60,9 @@ class BenchReport:
     chunk_size: int
     chunk_overlap: int
     runs: list[RunFigures] = field(default_factory=list)
-    raw: raw.RawFigures | None = None
-    peer: peer.PeerFigures | None = None
+    raw: RawFigures | None = None
+    int8: Int8Figures | None = None
+    peer: PeerFigures | None = None
     accept: dict[str, AcceptFigures] = field(default_factory=dict)
     memory: MemoryFigures | None = None
     summary: dict[str, Any] = field(default_factory=dict)
@@ -261,6 +264,14 @@ def render(report: BenchReport) -> str:
         columns.append(
             ("raw model", {"chunks": r.chunks, "wall_s": r.seconds, "chunks_per_s": r.chunks_per_s})
         )
+    if report.int8:
+        i = report.int8
+        columns.append(
+            (
+                "raw int8",
+                {"chunks": i.chunks, "wall_s": i.seconds, "chunks_per_s": i.chunks_per_s},
+            )
+        )
     if report.peer:
         p = report.peer
         columns.append(
@@ -315,6 +326,12 @@ def render(report: BenchReport) -> str:
                 f"{b['service_rss_mb_before']} → peak {b['service_rss_mb_peak']} MB, parser "
                 f"child peak {b['parser_rss_mb_peak']} MB"
             )
+    if report.int8:
+        i = report.int8
+        lines.append(
+            f"int8 model: {i.speedup_vs_fp32}× the fp32 model's speed; cosine to fp32 on these "
+            f"{i.chunks} chunks mean {i.mean_cosine_to_fp32}, min {i.min_cosine_to_fp32}"
+        )
     for name, value in report.summary.get("targets", {}).items():
         lines.append(f"{name}: {value}")
     for name, value in report.summary.items():
@@ -330,7 +347,10 @@ def render(report: BenchReport) -> str:
 
 def write_json(report: BenchReport, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(asdict(report), indent=2, ensure_ascii=False))
+    data = asdict(report)
+    if data.get("raw"):
+        data["raw"].pop("vectors", None)  # kept in memory for the int8 comparison only
+    out.write_text(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 def _formats(files: list[Path]) -> dict[str, int]:
@@ -346,6 +366,14 @@ def _filler(files: list[Path]) -> str:
         if path.suffix.lower() in {".txt", ".md"}:
             return path.read_text(encoding="utf-8", errors="replace")
     return "The quick brown fox jumps over the lazy dog. " * 50
+
+
+def _int8_missing() -> str | None:
+    from importlib.util import find_spec
+
+    if find_spec("onnxruntime") is None or find_spec("onnx") is None:
+        return "onnxruntime or onnx is missing: pip install -e '.[int8]'"
+    return None
 
 
 def _scaleout_missing() -> str | None:
