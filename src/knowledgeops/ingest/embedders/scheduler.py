@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from knowledgeops.ingest.embedders.base import Embedder, Vectors
+from knowledgeops.jobs.runner import WorkerStopping
 from knowledgeops.priority import lower_priority
 
 log = logging.getLogger(__name__)
@@ -82,8 +83,8 @@ class ModelScheduler:
             future.set_result(np.zeros((0, self.dimension), dtype=np.float32))
             return future
         with self._cond:
-            if self._closed:
-                raise RuntimeError("the model scheduler is closed")
+            if self._closed:  # the process is stopping: the job goes back, no attempt spent
+                raise WorkerStopping("the model has stopped: this process is shutting down")
             self._start()
             self._pending.append(_Request(list(texts), future))
             self._cond.notify()
