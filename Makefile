@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: serve test lint install install-test clean
+.PHONY: serve test lint install install-test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,14 @@ lint: install-test
 
 test: lint
 	$(BIN)/pytest
+
+# `kops bench` with every phase: the peer (LlamaIndex), the int8 model, the scale-out topology
+$(VENV)/.installed-bench: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[bench]'
+	touch $@
+
+bench: $(VENV)/.installed-bench
+	$(BIN)/kops bench --out bench.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

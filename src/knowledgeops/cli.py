@@ -440,7 +440,7 @@ def bench_all(
         skip=frozenset(skipped),
         accept_seconds=accept_seconds,
     )
-    console.print(escape(bench_run.render(report)), highlight=False)
+    console.print(escape(bench_run.render(report)), highlight=False, soft_wrap=True)
     if out is not None:
         bench_run.write_json(report, out)
     if any(run.failed for run in report.runs):
@@ -513,7 +513,7 @@ def bench_embedded(
         workers=workers,
         skip=frozenset(bench_run.PHASES) - {"embedded"},
     )
-    console.print(escape(bench_run.render(report)), highlight=False)
+    console.print(escape(bench_run.render(report)), highlight=False, soft_wrap=True)
     if out is not None:
         bench_run.write_json(report, out)
     if any(run.failed for run in report.runs):
@@ -538,7 +538,7 @@ def bench_scaleout(
 
     counts = _counts(workers, "--workers")
     results = scaleout.run_scaleout(_corpus(corpus, source), worker_counts=counts)
-    console.print(escape(scaleout.render(results)), highlight=False)
+    console.print(escape(scaleout.render(results)), highlight=False, soft_wrap=True)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps([asdict(r) for r in results], indent=2))

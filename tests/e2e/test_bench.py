@@ -1,0 +1,120 @@
+"""`kops bench`: its corpus builder on small real sources, and the command end to end on a small
+corpus (the pipeline-ceiling phase, which starts a real `kops serve` with the null embedder)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pypdfium2 as pdfium
+import pytest
+
+from knowledgeops.bench.corpus import build
+from tests.fixtures.documents import make_pdf
+
+pytestmark = pytest.mark.e2e
+
+TOPICS = ["ownership", "borrowing", "lifetimes", "traits", "closures", "iterators", "macros"]
+
+
+def small_source(folder: Path) -> Path:
+    """The three files the builder reads, small: a 12-page "book", an mdBook-style print page
+    with sections on several topics, and a file of licence-like paragraphs."""
+    folder.mkdir()
+    make_pdf(
+        folder / "rustbook.pdf",
+        [f"Page {n} of the book explains {TOPICS[n % 7]} in plain words." for n in range(12)],
+    )
+    sections = []
+    for n, topic in enumerate(TOPICS * 2):
+        sections.append(
+            f"<h{1 if n % 3 == 0 else 2}>{topic.title()} part {n}</h{1 if n % 3 == 0 else 2}>"
+            f"<p>{topic.title()} is explained here, section {n}. " + "It matters. " * 30 + "</p>"
+            f'<pre><code>fn {topic}_{n}() {{ println!("{n}"); }}</code></pre>'
+            f"<ul><li>{topic} point one</li><li>{topic} point two</li></ul>"
+        )
+    (folder / "reference.html").write_text(
+        "<html><body><nav>menu</nav><main>" + "".join(sections) + "</main></body></html>"
+    )
+    (folder / "licenses.txt").write_text(
+        "\n\n".join(
+            f"Licence paragraph {n}: you may copy and share this text. " * 5 for n in range(40)
+        )
+    )
+    return folder
+
+
+def test_the_corpus_has_every_format_no_shared_text_and_is_reused(tmp_path: Path) -> None:
+    source = small_source(tmp_path / "source")
+    out = build(source, tmp_path / "corpus", groups_per_format=3)
+    files = sorted(p for p in out.iterdir() if p.name != "manifest.json")
+    assert {p.suffix for p in files} == {".pdf", ".html", ".md", ".docx", ".txt"}
+    assert len(pdfium.PdfDocument(str(out / "rust-book.pdf"))) == 12
+    for pdf in (p for p in files if p.name.startswith("reference-") and p.suffix == ".pdf"):
+        assert len(pdfium.PdfDocument(str(pdf))) >= 1
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert sorted(manifest["files"]) == [p.name for p in files]
+    # no section went to two files: each "part N" heading appears in exactly one of them
+    texts = {p.name: p.read_text() for p in files if p.suffix in {".html", ".md"}}
+    for n in range(len(TOPICS) * 2):
+        heading = re.compile(rf"part {n}(?!\d)")
+        holders = [name for name, text in texts.items() if heading.search(text)]
+        assert len(holders) <= 1, (n, holders)
+    mtimes = {p.name: p.stat().st_mtime_ns for p in files}
+    build(source, tmp_path / "corpus", groups_per_format=3)  # a complete build is reused
+    assert {p.name: p.stat().st_mtime_ns for p in files} == mtimes
+
+
+def test_a_missing_source_file_is_named(tmp_path: Path) -> None:
+    source = small_source(tmp_path / "source")
+    (source / "licenses.txt").unlink()
+    with pytest.raises(SystemExit, match=r"licenses\.txt"):
+        build(source, tmp_path / "corpus")
+
+
+def test_kops_bench_measures_the_pipeline_ceiling_over_http(tmp_path: Path) -> None:
+    corpus = build(small_source(tmp_path / "source"), tmp_path / "corpus", groups_per_format=2)
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "knowledgeops.cli",
+            "bench",
+            "--corpus",
+            str(corpus),
+            "--skip",
+            "embedded,raw,accept,peer,scaleout,memory",
+            "--accept-seconds",
+            "1",
+            "--out",
+            str(out),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    documents = len([p for p in corpus.iterdir() if p.name != "manifest.json"])
+    (run,) = report["runs"]
+    assert run["name"] == "null embedder"
+    assert run["documents"] == run["completed"] == documents
+    assert run["failed"] == []
+    assert run["chunks"] > documents
+    assert run["pages"] >= 12
+    assert run["chunks_per_s"] > 0
+    assert run["time_to_searchable_s_p95"] >= run["time_to_searchable_s_p50"] > 0
+    assert set(run["stage_seconds"]) == {"parsing", "chunking", "embedding", "indexing"}
+    accept = report["accept"]["no embedding load"]
+    assert accept["sent"] == accept["accepted"] == 20
+    assert accept["ms_p99"] >= accept["ms_p50"] > 0
+    assert report["summary"]["ceiling_chunks_per_s"] == run["chunks_per_s"]
+    assert "null embedder" in result.stdout
+    assert "ceiling_chunks_per_s" in result.stdout
