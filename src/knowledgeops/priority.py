@@ -11,13 +11,15 @@ log = logging.getLogger(__name__)
 
 
 def lower_priority(nice: int) -> bool:
-    """Lower the calling thread's CPU priority by `nice` (Linux: nice is per thread). Threads it
-    starts afterwards inherit it. False where that is not possible."""
+    """Set the calling thread's CPU priority `nice` below the process's main thread (Linux: nice
+    is per thread; the main thread's id is the process id). Absolute, so a thread started by an
+    already lowered one does not go lower still. Threads it starts afterwards inherit it. False
+    where that is not possible."""
     if nice <= 0 or not sys.platform.startswith("linux"):
         return False
     try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+        base = os.getpriority(os.PRIO_PROCESS, os.getpid())
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, base + nice))
     except OSError as exc:
         log.warning("could not lower the priority of %s: %s", threading.current_thread().name, exc)
         return False

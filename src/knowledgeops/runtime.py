@@ -148,10 +148,16 @@ def close_embedder(embedder: Embedder) -> None:
 
 
 def preload(embedder: Embedder) -> None:
-    """Load the model in the background so the first job or query does not wait for it."""
+    """Load the model in the background so the first job or query does not wait for it; a model
+    that must prove itself first (the int8 build and its check) loads now, and its failure stops
+    the start with its message instead of failing every job."""
     load = getattr(embedder, "load", None)
-    if callable(load):
-        threading.Thread(target=load, name="kops-model-load", daemon=True).start()
+    if not callable(load):
+        return
+    if getattr(direct_model(embedder), "load_before_ready", False):
+        load()
+        return
+    threading.Thread(target=load, name="kops-model-load", daemon=True).start()
 
 
 def retry_policy(settings: Settings) -> RetryPolicy:

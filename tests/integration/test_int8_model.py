@@ -18,7 +18,7 @@ from knowledgeops.ingest.embedders.onnx_int8 import (
     OnnxMiniLM,
     calibration_texts,
 )
-from knowledgeops.runtime import Embedded
+from knowledgeops.runtime import Embedded, direct_model
 from knowledgeops.service.search import SearchMode
 from tests.integration.test_exactly_once import done, upload
 
@@ -87,3 +87,27 @@ def test_a_runtime_on_the_int8_variant_ingests_and_searches(
         "default", job.dataset_id, "erupting mountains of lava", mode=SearchMode.VECTOR, top_k=1
     )
     assert "Volcanoes" in hits[0].text
+
+
+def test_a_build_that_fails_its_check_stops_the_start_and_is_not_kept(
+    make_runtime: Callable[..., Embedded], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from knowledgeops.ingest.embedders import onnx_int8
+
+    monkeypatch.setattr(onnx_int8, "MIN_MEAN_COSINE", 1.01)  # no quantised model can reach it
+    builds = []
+    real_build = onnx_int8.build
+    monkeypatch.setattr(onnx_int8, "build", lambda *a, **k: builds.append(1) or real_build(*a, **k))
+    runtime = make_runtime(start=False, from_settings="local", model_variant="int8")
+    with pytest.raises(onnx_int8.ModelCheckFailed, match="KOPS_MODEL_VARIANT=fp32"):
+        runtime.start()
+    runtime.started_at = None
+    models = runtime.settings.data_dir / "models"
+    assert not list(models.glob("*.onnx"))
+    assert not list(models.glob("*.json"))
+    assert not list(models.glob(".build-*"))  # the work folder went with the failure
+    model = direct_model(runtime.embedder)
+    assert isinstance(model, OnnxMiniLM)
+    with pytest.raises(onnx_int8.ModelCheckFailed):
+        model.load()  # remembered: not built again per call
+    assert builds == [1]

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from knowledgeops.errors import PermanentError
+from knowledgeops.errors import PermanentError, TransientError
 from knowledgeops.ingest.embedders.base import Vectors
 from knowledgeops.ingest.embedders.hashing import HashingEmbedder
 from knowledgeops.ingest.embedders.scheduler import ModelScheduler, length_batches
@@ -175,5 +175,74 @@ def test_the_model_thread_runs_at_a_lower_priority(model: RecordingEmbedder) -> 
         scheduler.embed(["hello"])
     finally:
         scheduler.close()
-    assert seen["nice"] == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 7)
+    assert seen["nice"] == min(19, os.getpriority(os.PRIO_PROCESS, os.getpid()) + 7)
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < seen["nice"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+def test_a_thread_lowered_twice_is_still_only_nice_below_the_main_thread() -> None:
+    from knowledgeops.priority import lower_priority
+
+    seen: list[int] = []
+
+    def inner() -> None:
+        lower_priority(5)
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    def outer() -> None:
+        lower_priority(5)
+        thread = threading.Thread(target=inner)  # starts at the outer thread's priority
+        thread.start()
+        thread.join()
+
+    thread = threading.Thread(target=outer)
+    thread.start()
+    thread.join()
+    assert seen == [min(19, os.getpriority(os.PRIO_PROCESS, os.getpid()) + 5)]
+
+
+class Fatal(BaseException):
+    """Something `except Exception` does not catch (as a bug or an interpreter error might be)."""
+
+
+def test_a_model_thread_that_dies_fails_its_callers_and_the_next_request_starts_another(
+    model: RecordingEmbedder,
+) -> None:
+    scheduler = ModelScheduler(model, batch_size=4, nice=0)
+    original = model.embed
+    calls = {"n": 0}
+
+    def embed(texts: Sequence[str]) -> Vectors:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise Fatal
+        return original(texts)
+
+    model.embed = embed  # type: ignore[method-assign]
+    try:
+        with pytest.raises(TransientError) as caught:
+            scheduler.embed(["first"])
+        assert caught.value.code == "model_unavailable"  # a retry, not a failed document
+        np.testing.assert_array_equal(
+            scheduler.embed(["second"]), HashingEmbedder(dimension=64).embed(["second"])
+        )
+    finally:
+        scheduler.close()
+
+
+def test_close_hands_waiting_requests_back_and_lets_the_round_in_progress_finish(
+    model: RecordingEmbedder,
+) -> None:
+    scheduler = ModelScheduler(model, batch_size=4, nice=0)
+    model.gate.clear()
+    running = scheduler.submit(["in progress"])
+    assert model.entered.wait(5)
+    waiting = scheduler.submit(["not started"])
+    closer = threading.Thread(target=scheduler.close)
+    closer.start()
+    with pytest.raises(WorkerStopping):
+        waiting.result(5)
+    model.gate.set()
+    assert running.result(5).shape == (1, 64)
+    closer.join(5)
+    assert not closer.is_alive()

@@ -103,6 +103,10 @@ class EmbeddedServer:
             "KOPS_MAX_WAITING_JOBS": "100000",
             "KOPS_RATE_LIMIT": "1000000/minute",
             "HF_HUB_OFFLINE": "1",
+            # the raw-model and peer phases run the fp32 model with the default threads: so
+            # does the service, whatever this shell's environment says
+            "KOPS_MODEL_VARIANT": "fp32",
+            "KOPS_MODEL_THREADS": "0",
             **self.env,
         }
         module = ["knowledgeops.bench.server"] if self.null_embedder else ["knowledgeops.cli"]
@@ -332,7 +336,7 @@ def accept_latency(
     lock = threading.Lock()
 
     def send(n: int) -> None:
-        t0 = time.perf_counter()
+        t0 = began + n / rate  # from when it was due: time queued in this client counts too
         response = client.post(
             "/docs/upload",
             params={"datasetId": dataset_id},

@@ -7,6 +7,7 @@ two writers queue on the busy timeout instead of failing half-way through a tran
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000  # ms
 SQLITE_POOL_SIZE = 16  # connections kept open
@@ -100,8 +102,16 @@ class Database:
             with self._transaction() as conn:
                 yield conn
             return
-        with self._write_lock, self._transaction() as conn:
-            yield conn
+        if not self._write_lock.acquire(timeout=SQLITE_BUSY_TIMEOUT_MS / 1000):
+            # what SQLite's own busy timeout raises, so it is handled the same (transient; 503)
+            raise OperationalError(
+                "BEGIN IMMEDIATE", None, sqlite3.OperationalError("database is locked")
+            )
+        try:
+            with self._transaction() as conn:
+                yield conn
+        finally:
+            self._write_lock.release()
 
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:

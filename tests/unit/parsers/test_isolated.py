@@ -16,7 +16,13 @@ from knowledgeops.errors import ErrorCategory, JobError
 from knowledgeops.ingest.chunker import ChunkDraft, HFTokenizer
 from knowledgeops.ingest.embedders.local import load_tokenizer
 from knowledgeops.ingest.parsers.base import ContentType
-from knowledgeops.ingest.parsers.isolated import InlineParsing, IsolatedParsing, ParserProcess
+from knowledgeops.ingest.parsers.isolated import (
+    InlineParsing,
+    IsolatedParsing,
+    ParserProcess,
+    _DraftGuard,
+    _drafts,
+)
 from knowledgeops.ingest.parsers.limits import DEFAULT_LIMITS, ParseLimits
 from knowledgeops.ingest.prepare import ChunkSpec, ChunkStream
 from tests.conftest import wait_for
@@ -266,3 +272,56 @@ def test_the_child_sees_none_of_the_workers_secrets(
     assert b"hunter2" not in environ
     assert b"sk-secret" not in environ
     assert b"KOPS_" not in environ
+
+
+def _draft(ordinal: int, tokens: int = 10, pages: tuple[Any, Any] = (1, 1)) -> list[Any]:
+    return [ordinal, f"chunk {ordinal}", tokens, pages[0], pages[1], None]
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        None,
+        [[0, "text", 3]],  # too short
+        [[True, "text", 3, 1, 1, None]],  # a bool is not an ordinal
+        [[0, b"text", 3, 1, 1, None]],
+        [[0, "text", 3.0, 1, 1, None]],
+        [[0, "text", 3, 0, 1, None]],  # pages count from 1
+        [[0, "text", 3, 1, 1, 7]],
+    ],
+)
+def test_malformed_drafts_from_a_child_are_refused(items: Any) -> None:
+    with pytest.raises(JobError) as caught:
+        list(_drafts({"kind": "drafts", "drafts": items}))
+    assert caught.value.code == "parser_crashed"
+
+
+def test_the_worker_checks_what_a_child_sends_whatever_the_child_did() -> None:
+    spec = ChunkSpec(size=20, overlap=4, max_text_chars=50, max_chunks=3)
+
+    def fed(*drafts: list[Any]) -> _DraftGuard:
+        guard = _DraftGuard(spec)
+        for item in drafts:
+            guard.check(next(_drafts({"drafts": [item]})))
+        return guard
+
+    for bad in ([_draft(1)], [_draft(0), _draft(0)], [_draft(0, tokens=21)], [_draft(0, 0)]):
+        with pytest.raises(JobError) as caught:
+            fed(*bad)
+        assert caught.value.code == "parser_crashed"
+    with pytest.raises(JobError) as caught:
+        fed(_draft(0, pages=(3, 2)))
+    assert caught.value.code == "parser_crashed"
+    with pytest.raises(JobError) as caught:  # more chunks than the limit, however it was sent
+        fed(*[_draft(n) for n in range(4)])
+    assert caught.value.code == "too_many_chunks"
+    big = [0, "x" * 101, 10, None, None, None]
+    with pytest.raises(JobError) as caught:  # more text than the limit allows (twice, overlap)
+        fed(big)
+    assert caught.value.code == "text_too_long"
+    guard = fed(_draft(0, pages=(1, 2)), _draft(1, pages=(2, 5)))
+    assert guard.pages(5) == 5
+    assert guard.pages(None) is None
+    for wrong in (4, True, "5"):
+        with pytest.raises(JobError):
+            guard.pages(wrong)

@@ -10,20 +10,25 @@ service refuses to start with this variant. The file and the figures it reached 
 `KOPS_DATA_DIR/models/` and reused; a build that fails the check is not kept.
 
 Its vectors are close to, not equal to, the fp32 model's, so it has a model id of its own: the
-embedding cache never mixes the two, and each dataset records which one embedded it.
+embedding cache never mixes the two, and each dataset records which one embedded it (recorded,
+not enforced: switching the variant on a data folder leaves older documents with fp32 vectors
+until they are re-indexed). Activations are quantised per batch, so a text's vector moves
+slightly with the texts it is batched with; the check runs on mixed batches for that reason.
 Needs the `int8` extra (onnxruntime and onnx).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -62,6 +67,7 @@ def calibration_texts() -> list[str]:
 class OnnxMiniLM:
     model_id = INT8_MODEL_ID
     dimension = DIMENSION
+    load_before_ready = True  # a build that fails its check must stop the start, not each job
 
     def __init__(self, folder: Path, *, threads: int = 0) -> None:
         self.folder = folder
@@ -69,6 +75,7 @@ class OnnxMiniLM:
         self._session: Any = None
         self._tokenizer: Any = None
         self._lock = threading.Lock()
+        self._failure: BaseException | None = None  # a failed build is not tried again per call
         self.check: dict[str, Any] = {}
 
     @property
@@ -79,39 +86,47 @@ class OnnxMiniLM:
         with self._lock:
             if self._session is not None:
                 return
+            if self._failure is not None:
+                raise self._failure
             try:
-                import onnxruntime as ort
-            except ImportError:
-                raise PermanentError(
-                    "KOPS_MODEL_VARIANT=int8 needs onnxruntime and onnx: "
-                    "pip install 'knowledgeops[int8]'",
-                    code="model_variant_unavailable",
-                ) from None
-            started = time.perf_counter()
-            report = self.path.with_suffix(".json")
+                self._load()
+            except BaseException as exc:
+                self._failure = exc
+                raise
+
+    def _load(self) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise PermanentError(
+                "KOPS_MODEL_VARIANT=int8 needs onnxruntime and onnx: "
+                "pip install 'knowledgeops[int8]'",
+                code="model_variant_unavailable",
+            ) from None
+        started = time.perf_counter()
+        report = self.path.with_suffix(".json")
+        with _build_lock(self.folder):  # one process builds; the others wait, then load
             if not (self.path.is_file() and report.is_file()):
                 build(self.path, threads=self.threads)
-            self.check = json.loads(report.read_text())
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = self.threads
-            options.inter_op_num_threads = 1
-            session = ort.InferenceSession(
-                str(self.path), options, providers=["CPUExecutionProvider"]
-            )
-            tokenizer = load_tokenizer()
-            tokenizer.enable_truncation(MAX_TOKENS)
-            tokenizer.enable_padding()
-            self._tokenizer = tokenizer
-            self._session = session
-            self._run(["warm-up"])
-            log.info(
-                "loaded %s in %.1f s (%d threads; mean cosine to fp32 %.4f on %d texts)",
-                INT8_MODEL_ID,
-                time.perf_counter() - started,
-                self.threads,
-                self.check["mean_cosine"],
-                self.check["texts"],
-            )
+        self.check = json.loads(report.read_text())
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+        tokenizer = load_tokenizer()
+        tokenizer.enable_truncation(MAX_TOKENS)
+        tokenizer.enable_padding()
+        self._tokenizer = tokenizer
+        self._session = session
+        self._run(["warm-up"])
+        log.info(
+            "loaded %s in %.1f s (%d threads; mean cosine to fp32 %.4f on %d texts)",
+            INT8_MODEL_ID,
+            time.perf_counter() - started,
+            self.threads,
+            self.check["mean_cosine"],
+            self.check["texts"],
+        )
 
     @property
     def loaded(self) -> bool:
@@ -187,10 +202,29 @@ def build(target: Path, *, threads: int) -> dict[str, Any]:
                 "use KOPS_MODEL_VARIANT=fp32"
             )
         report["build_s"] = round(time.perf_counter() - started, 1)
+        written = Path(work) / "report.json"
+        written.write_text(json.dumps(report, indent=2))
         os.replace(int8, target)
-        target.with_suffix(".json").write_text(json.dumps(report, indent=2))
+        os.replace(written, target.with_suffix(".json"))  # last: its presence means complete
     log.info("int8 model built in %.1f s: %s", report["build_s"], report)
     return report
+
+
+@contextlib.contextmanager
+def _build_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on the models folder (every API and worker process may start at once);
+    folders left by a build that was killed are removed under it."""
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / ".build.lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            for stale in folder.glob(".build-*"):
+                shutil.rmtree(stale, ignore_errors=True)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _no_preprocessing_advice(record: logging.LogRecord) -> bool:

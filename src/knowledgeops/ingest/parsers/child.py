@@ -23,6 +23,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterable
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -84,6 +85,18 @@ def serve(conn: Connection) -> None:
         except OSError as exc:
             _send(
                 conn, {"kind": "oserror", "errno": exc.errno, "message": exc.strerror or str(exc)}
+            )
+        except Exception:  # a bug in our cleaning or chunking, not a damaged file
+            traceback.print_exc()  # to the worker's stderr, where its log goes
+            message = "an internal error stopped this document; the operator's log has the details"
+            _send(
+                conn,
+                {
+                    "kind": "error",
+                    "category": "permanent",
+                    "code": "internal_error",
+                    "message": message,
+                },
             )
 
 

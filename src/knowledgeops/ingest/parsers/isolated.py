@@ -132,7 +132,8 @@ class ParserProcess:
         request left unfinished (the iterator dropped unclosed) costs the next call a fresh
         child, so no document ever reads another's blocks."""
         for item in self._request(path, content_type, limits, None):
-            assert isinstance(item, Block)
+            if not isinstance(item, Block):
+                raise _unexpected()
             yield item
 
     def chunks(
@@ -141,13 +142,15 @@ class ParserProcess:
         """The file's chunk drafts, cleaned and chunked in the child too (ingest/prepare.py);
         returns the last page number. Lazy, like `parse`."""
         answers = self._request(path, content_type, limits, spec)
+        guard = _DraftGuard(spec)
         while True:
             try:
                 item = next(answers)
             except StopIteration as stop:
-                pages = stop.value
-                return pages if isinstance(pages, int) else None
-            assert isinstance(item, ChunkDraft)
+                return guard.pages(stop.value)
+            if not isinstance(item, ChunkDraft):
+                raise _unexpected()
+            guard.check(item)
             yield item
 
     def _request(
@@ -274,22 +277,73 @@ def _blocks(message: dict[str, Any]) -> Iterator[Block]:
         yield Block(text=text, page=page, section=section)
 
 
+def _unexpected() -> PermanentError:
+    return PermanentError("the parser process answered something unexpected", code="parser_crashed")
+
+
 def _drafts(message: dict[str, Any]) -> Iterator[ChunkDraft]:
-    """The chunk drafts of one message, checked field by field."""
-    for item in message.get("drafts", ()):
+    """The chunk drafts of one message, checked field by field (the child is not trusted)."""
+    items = message.get("drafts")
+    if not isinstance(items, list):
+        raise _unexpected()
+    for item in items:
+        if not isinstance(item, list) or len(item) != 6:
+            raise _unexpected()
         ordinal, text, tokens, page_start, page_end, section = item
         valid = (
-            isinstance(ordinal, int)
+            type(ordinal) is int
             and isinstance(text, str)
-            and isinstance(tokens, int)
-            and all(p is None or isinstance(p, int) for p in (page_start, page_end))
+            and type(tokens) is int
+            and all(p is None or (type(p) is int and p >= 1) for p in (page_start, page_end))
             and (section is None or isinstance(section, str))
         )
         if not valid:
-            raise PermanentError(
-                "the parser process answered something unexpected", code="parser_crashed"
-            )
+            raise _unexpected()
         yield ChunkDraft(ordinal, text, tokens, page_start, page_end, section)
+
+
+class _DraftGuard:
+    """What the worker checks itself of the drafts a child sends, whatever the child did:
+    ordinals 0, 1, 2, … without a gap, token counts within the chunk size, page ranges in order,
+    and the document limits (as `prepare` raises them inline: a child that ignores them is
+    stopped here)."""
+
+    def __init__(self, spec: ChunkSpec) -> None:
+        self.spec = spec
+        self.count = 0
+        self.chars = 0
+        self.last_page = 0
+
+    def check(self, draft: ChunkDraft) -> None:
+        spec = self.spec
+        if draft.ordinal != self.count or not 0 < draft.token_count <= spec.size:
+            raise _unexpected()
+        if draft.page_start is not None and draft.page_end is not None:
+            if draft.page_start > draft.page_end:
+                raise _unexpected()
+            self.last_page = max(self.last_page, draft.page_end)
+        self.count += 1
+        self.chars += len(draft.text)
+        if self.count > spec.max_chunks:
+            raise UserActionRequired(
+                f"The document makes more than {spec.max_chunks:,} chunks "
+                "(KOPS_MAX_CHUNKS_PER_DOCUMENT). Split it into smaller documents.",
+                code="too_many_chunks",
+            )
+        # overlap is under half a chunk, so no character is in more than two chunks
+        if self.chars > 2 * spec.max_text_chars:
+            raise UserActionRequired(
+                f"The document holds more than {spec.max_text_chars:,} characters of text "
+                "(KOPS_MAX_TEXT_CHARS). Split it into smaller documents.",
+                code="text_too_long",
+            )
+
+    def pages(self, value: Any) -> int | None:
+        if value is None:
+            return None
+        if type(value) is not int or value < max(1, self.last_page):
+            raise _unexpected()
+        return int(value)
 
 
 def _job_error(message: dict[str, Any]) -> JobError:
