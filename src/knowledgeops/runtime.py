@@ -331,7 +331,11 @@ class Embedded(Services):
             owner_prefix=f"serve-{os.getpid()}",
         )
         self.workers = WorkerPool(
-            self.queue, self.runner, settings.workers, nice=settings.worker_nice
+            self.queue,
+            self.runner,
+            settings.workers,
+            nice=settings.worker_nice,
+            on_start=self.pipeline.parsing.prestart,  # each worker's parser, ready before work
         )
 
     def notify(self) -> None:
@@ -486,6 +490,7 @@ class WorkerRuntime:
     def start(self) -> None:
         self.heartbeat.start()
         preload(self.embedder)
+        self.pipeline.parsing.prestart()  # Celery runs this process's jobs on this thread
 
     def stop(self) -> None:
         """Stop taking jobs; leases still held go back to the queue without using an attempt."""

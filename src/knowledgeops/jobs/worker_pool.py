@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from knowledgeops.jobs.inprocess import InProcessQueue
 from knowledgeops.jobs.runner import Runner
@@ -17,11 +18,20 @@ POLL_S = 1.0  # s: how long an idle worker waits on the queue before checking ag
 
 
 class WorkerPool:
-    def __init__(self, queue: InProcessQueue, runner: Runner, size: int, *, nice: int = 0) -> None:
+    def __init__(
+        self,
+        queue: InProcessQueue,
+        runner: Runner,
+        size: int,
+        *,
+        nice: int = 0,
+        on_start: Callable[[], None] | None = None,
+    ) -> None:
         self.queue = queue
         self.runner = runner
         self.size = size
         self.nice = nice  # lower CPU priority than the API threads of this process
+        self.on_start = on_start  # run in each worker thread before its first job
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -43,6 +53,8 @@ class WorkerPool:
 
     def _work(self) -> None:
         lower_priority(self.nice)  # the parser child started from this thread inherits it
+        if self.on_start is not None:
+            self.on_start()
         while not self.runner.stopping.is_set():
             job_id = self.queue.get(timeout=POLL_S)
             if job_id is None:

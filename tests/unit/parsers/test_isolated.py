@@ -325,3 +325,39 @@ def test_the_worker_checks_what_a_child_sends_whatever_the_child_did() -> None:
     for wrong in (4, True, "5"):
         with pytest.raises(JobError):
             guard.pages(wrong)
+
+
+def test_a_parse_error_in_the_childs_parser_thread_keeps_its_code(tmp_path: Path) -> None:
+    """The child parses ahead of its chunker in a thread of its own: an error there still
+    reaches the worker classified, and the child goes on with the next document."""
+    tokenizer = HFTokenizer(load_tokenizer())
+    spec = ChunkSpec(size=48, overlap=8, max_text_chars=10**7, max_chunks=10**5)
+    isolated = IsolatedParsing(DEFAULT_LIMITS)
+    try:
+        with pytest.raises(JobError) as caught:
+            list(
+                isolated.chunks(
+                    make_corrupt_pdf(tmp_path / "bad.pdf"), ContentType.PDF, spec, tokenizer
+                )
+            )
+        assert caught.value.code == "corrupt_file"
+        assert caught.value.category is ErrorCategory.PERMANENT
+        good = make_pdf(tmp_path / "good.pdf", ["A page about tides.", "Another about harbours."])
+        drafts = list(isolated.chunks(good, ContentType.PDF, spec, tokenizer))
+        assert [d.page_start for d in drafts] == [1]
+        assert "harbours" in drafts[0].text
+    finally:
+        isolated.close()
+
+
+def test_a_worker_can_start_its_parser_before_its_first_document(tmp_path: Path) -> None:
+    isolated = IsolatedParsing(DEFAULT_LIMITS)
+    try:
+        isolated.prestart()
+        started = isolated._mine().pid
+        assert started is not None
+        path = make_text(tmp_path / "a.txt", "the first document")
+        assert [b.text for b in isolated.parse(path, "text/plain")] == ["the first document"]
+        assert isolated._mine().pid == started  # the same process served it
+    finally:
+        isolated.close()

@@ -13,10 +13,12 @@ too (ingest/prepare.py), "chunk": {"size", "overlap", "max_text_chars", "max_chu
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import json
 import os
+import queue
 import resource
 import signal
 import socket
@@ -24,7 +26,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 
 BATCH_BLOCKS = 64  # blocks per message
 BATCH_CHARS = 1_000_000  # … or fewer, once they hold this much text
+PREFETCH_BLOCKS = 256  # blocks parsed ahead of the chunker, at most
 BATCH_DRAFTS = 32  # chunk drafts per message (small: the worker embeds while more are made)
 
 
@@ -126,7 +129,7 @@ def _send_drafts(conn: Connection, blocks: Iterable[Block], spec: dict[str, Any]
     """Clean and chunk here too, streaming the drafts back."""
     from knowledgeops.ingest.prepare import ChunkSpec, ChunkStream, prepare
 
-    stream = ChunkStream(prepare(blocks, _tokenizer(), ChunkSpec(**spec)))
+    stream = ChunkStream(prepare(_prefetched(blocks), _tokenizer(), ChunkSpec(**spec)))
     batch: list[tuple[int, str, int, int | None, int | None, str | None]] = []
     for d in stream:
         batch.append((d.ordinal, d.text, d.token_count, d.page_start, d.page_end, d.section))
@@ -136,6 +139,58 @@ def _send_drafts(conn: Connection, blocks: Iterable[Block], spec: dict[str, Any]
     if batch:
         _send(conn, {"kind": "drafts", "drafts": batch})
     return stream.pages
+
+
+class _End:
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+
+def _prefetched(blocks: Iterable[Block], depth: int = PREFETCH_BLOCKS) -> Iterator[Block]:
+    """The blocks, parsed in a thread of their own while this one cleans and chunks the blocks
+    before them (pdfium and lxml release the GIL, so the two overlap). The parser runs in a copy
+    of this context (the parse limits are a context variable); its errors are raised here; the
+    thread has ended before this generator does, so the next document's parser never runs
+    beside it."""
+    ready: queue.Queue[Block | _End] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: Block | _End) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for block in blocks:
+                if not put(block):
+                    return
+            put(_End(None))
+        except BaseException as exc:  # handed to the consumer, which classifies it
+            put(_End(exc))
+        finally:
+            close = getattr(blocks, "close", None)
+            if close is not None:
+                close()
+
+    context = contextvars.copy_context()
+    thread = threading.Thread(target=context.run, args=(produce,), daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = ready.get()
+            if isinstance(item, _End):
+                if item.error is not None:
+                    raise item.error
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 def main() -> None:

@@ -107,6 +107,10 @@ class ParserProcess:
         self._process, self._conn, self._memory_mb = process, conn, memory_mb
         return conn
 
+    def prestart(self, memory_mb: int) -> None:
+        """Start the child now rather than at the first document."""
+        self._start(memory_mb)
+
     def stop(self) -> None:
         """Kill the child (if any) and reap it."""
         with self._lock:
@@ -365,6 +369,10 @@ class Parsing(Protocol):
         self, path: Path, content_type: str, spec: ChunkSpec, tokenizer: Tokenizer
     ) -> Generator[ChunkDraft, None, int | None]: ...
 
+    def prestart(self) -> None:
+        """Get the calling thread ready to parse (a worker thread, at its start)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -388,6 +396,15 @@ class IsolatedParsing:
 
     def parse(self, path: Path, content_type: str) -> Generator[Block, None, None]:
         return self._mine().parse(path, content_type, self.limits)
+
+    def prestart(self) -> None:
+        """Start the calling thread's parser process now (a worker at its start), so the first
+        document does not wait for an interpreter and the tokenizer to load. Best effort: a
+        failure here is met again, and reported, by the first document."""
+        try:
+            self._mine().prestart(self.limits.parse_memory_mb)
+        except Exception as exc:
+            log.warning("could not start a parser process ahead of work: %s", exc)
 
     def chunks(
         self, path: Path, content_type: str, spec: ChunkSpec, tokenizer: Tokenizer
@@ -422,6 +439,9 @@ class InlineParsing:
         self, path: Path, content_type: str, spec: ChunkSpec, tokenizer: Tokenizer
     ) -> Generator[ChunkDraft, None, int | None]:
         return prepare(self.parse(path, content_type), tokenizer, spec)
+
+    def prestart(self) -> None:
+        pass
 
     def close(self) -> None:
         pass
