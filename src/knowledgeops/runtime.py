@@ -112,14 +112,15 @@ def make_model(settings: Settings) -> Embedder:
     return LocalMiniLM(threads=settings.model_threads)
 
 
-def make_embedder(settings: Settings, db: Database, embedder: Embedder | None = None) -> Embedder:
+def make_embedder(
+    settings: Settings, db: Database, embedder: Embedder | None = None, *, nice: int = 0
+) -> Embedder:
     """The model (or the one given, in tests), behind the embedding cache unless it is off. The
-    local model runs in its own thread, fed in batches across documents (ModelScheduler)."""
+    local model runs in its own thread, fed in batches across documents (ModelScheduler), `nice`
+    below the process's priority (the embedded default, whose API shares the process)."""
     model: Embedder = embedder or make_model(settings)
     if isinstance(model, LocalMiniLM | OnnxMiniLM):
-        model = ModelScheduler(
-            model, batch_size=settings.embed_batch_size, nice=settings.worker_nice
-        )
+        model = ModelScheduler(model, batch_size=settings.embed_batch_size, nice=nice)
     if not settings.embed_cache:
         return model
     cache: EmbeddingCache = (
@@ -168,6 +169,8 @@ class Services(ABC):
     """The use cases the API and the CLI share, over one database and one file store; each
     process role says how it starts, stops and reports readiness."""
 
+    runs_workers = False  # whether this process runs the pipeline beside the API
+
     def __init__(
         self,
         settings: Settings,
@@ -180,7 +183,9 @@ class Services(ABC):
         self.started_at: float | None = None
         self.db = Database(settings.resolved_database_url)
         self.blobs = LocalBlobStore(settings.data_dir)
-        self.embedder = make_embedder(settings, self.db, embedder)
+        # workers sharing this process with the API run below it (KOPS_WORKER_NICE)
+        nice = settings.worker_nice if self.runs_workers else 0
+        self.embedder = make_embedder(settings, self.db, embedder, nice=nice)
         self.index: Index = make_index(self.db, self.embedder.dimension)
         self.store = SqlJobStore(self.db, DocumentLifecycle(self.index))
 
@@ -300,6 +305,8 @@ def make_pipeline(
 
 
 class Embedded(Services):
+    runs_workers = True
+
     def __init__(
         self,
         settings: Settings,

@@ -119,9 +119,10 @@ class Settings(BaseSettings):
         10,
         ge=0,
         le=19,
-        description="How much lower the CPU priority of the model and the worker threads is "
-        "than the API's (Linux nice, per thread), so uploads are answered at once while the "
-        "model saturates the cores; 0 = the same.",
+        description="In the embedded default, how much lower the CPU priority of the model and "
+        "the worker threads is than the API's (Linux nice, per thread), so uploads are answered "
+        "at once while the model saturates the cores; 0 = the same. Scale-out workers, processes "
+        "of their own, keep their priority (nice the process to share a machine).",
     )
     embed_batch_size: int = Field(32, ge=1, le=1024)
     chunk_size: int = Field(200, ge=16, description="Tokens per chunk (model tokenizer).")
