@@ -399,6 +399,17 @@ def _counts(value: str, option: str) -> list[int]:
     return counts
 
 
+def _bench_report(report: Any, out: Path | None) -> None:
+    """Print the bench's table, write its JSON, and fail when a document did not complete."""
+    from knowledgeops.bench import run as bench_run
+
+    console.print(escape(bench_run.render(report)), highlight=False, soft_wrap=True)
+    if out is not None:
+        bench_run.write_json(report, out)
+    if any(run.failed for run in report.runs):
+        raise typer.Exit(1)
+
+
 @bench_app.callback(invoke_without_command=True)
 def bench_all(
     ctx: typer.Context,
@@ -440,11 +451,7 @@ def bench_all(
         skip=frozenset(skipped),
         accept_seconds=accept_seconds,
     )
-    console.print(escape(bench_run.render(report)), highlight=False, soft_wrap=True)
-    if out is not None:
-        bench_run.write_json(report, out)
-    if any(run.failed for run in report.runs):
-        raise typer.Exit(1)
+    _bench_report(report, out)
 
 
 @bench_app.command("corpus")
@@ -513,11 +520,7 @@ def bench_embedded(
         workers=workers,
         skip=frozenset(bench_run.PHASES) - {"embedded"},
     )
-    console.print(escape(bench_run.render(report)), highlight=False, soft_wrap=True)
-    if out is not None:
-        bench_run.write_json(report, out)
-    if any(run.failed for run in report.runs):
-        raise typer.Exit(1)
+    _bench_report(report, out)
 
 
 @bench_app.command("scaleout")
