@@ -75,7 +75,6 @@ class ModelScheduler:
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
-        self.batches = 0  # model calls made (for tests and logs)
 
     # --- the Embedder protocol ---------------------------------------------------------------
 
@@ -211,7 +210,6 @@ class ModelScheduler:
         outputs = [np.empty((len(r.texts), self.dimension), dtype=np.float32) for r in requests]
         for part in length_batches(lengths, self.batch_size):
             vectors = self.model.embed([texts[i] for i in part])
-            self.batches += 1
             for i, vector in zip(part, vectors, strict=True):
                 n, row = owner[i]
                 outputs[n][row] = vector
