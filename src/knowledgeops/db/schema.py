@@ -107,12 +107,17 @@ class IngestJob(Timestamps, Base):
         Index(None, "status", "run_after"),
         Index(None, "document_id"),
         Index(None, "dataset_id", "status"),
+        Index(None, "parent_id"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     document_id: Mapped[str] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"))
     dataset_id: Mapped[str] = mapped_column(String(36))
     kind: Mapped[str] = mapped_column(String(20), default="ingest")
+    # a part of a job split for parallel work (kind "part"); hidden from users, who see the parent
+    parent_id: Mapped[str | None] = mapped_column(
+        ForeignKey("ingest_jobs.id", ondelete="CASCADE"), nullable=True
+    )
     generation: Mapped[int] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(20), default="pending")
     stage: Mapped[str] = mapped_column(String(20), default="queued")
@@ -132,6 +137,22 @@ class IngestJob(Timestamps, Base):
     version: Mapped[int] = mapped_column(Integer, default=1)
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True, unique=True)
     stage_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class JobPart(Base):
+    """The pages one part job of a split PDF ingests (the ingest pipeline's own record of the
+    split; the jobs core knows only that the part has a parent). Its chunks take ordinals from
+    `ordinal_base` on, so every part's chunk ids are stable and distinct within the generation."""
+
+    __tablename__ = "job_parts"
+
+    job_id: Mapped[str] = mapped_column(
+        ForeignKey("ingest_jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    part_index: Mapped[int] = mapped_column(Integer)
+    first_page: Mapped[int] = mapped_column(Integer)
+    last_page: Mapped[int] = mapped_column(Integer)
+    ordinal_base: Mapped[int] = mapped_column(Integer)
 
 
 class JobEvent(Base):
@@ -226,5 +247,6 @@ ingest_jobs = cast(Table, IngestJob.__table__)
 outbox = cast(Table, Outbox.__table__)
 chunks = cast(Table, Chunk.__table__)
 job_events = cast(Table, JobEvent.__table__)
+job_parts = cast(Table, JobPart.__table__)
 embedding_cache = cast(Table, EmbeddingCacheEntry.__table__)
 api_keys = cast(Table, ApiKey.__table__)

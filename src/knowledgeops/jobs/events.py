@@ -4,6 +4,7 @@ rows, in the transaction (or under the lock) of the change they describe."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -40,6 +41,17 @@ def _event_row(job_id: str, kind: str, at: datetime, **values: Any) -> dict[str,
     row: dict[str, Any] = {"stage": None, "category": None, "code": None, "seconds": None}
     row.update(values)
     return {"job_id": job_id, "kind": kind, "at": at, **row}
+
+
+# A part's own end is not an outcome users see: its parent's is. Its retries and stages count.
+_PART_HIDDEN = frozenset({"completed", "failed", "cancelled"})
+
+
+def counted(job: Job, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The event rows of `job` that the record keeps."""
+    if job.parent_id is None:
+        return list(rows)
+    return [row for row in rows if row["kind"] not in _PART_HIDDEN]
 
 
 def age(since: datetime | None, now: datetime) -> float:

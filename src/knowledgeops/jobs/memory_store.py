@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -12,13 +13,15 @@ from datetime import datetime
 from typing import Any
 
 from knowledgeops.jobs import states
-from knowledgeops.jobs.events import age, failure_event, outcome_event, stage_event
+from knowledgeops.jobs.events import age, counted, failure_event, outcome_event, stage_event
 from knowledgeops.jobs.model import Failure, Job, JobMetrics, Lease, NewJob, OutboxItem
-from knowledgeops.jobs.states import Event, JobStatus, Stage
+from knowledgeops.jobs.parts import PART_KIND, PartState, part_budget, summed
+from knowledgeops.jobs.states import OPEN, Event, JobStatus, Stage
 from knowledgeops.jobs.store import (
     Guard,
     JobNotFound,
     LeaseLost,
+    PartsWork,
     TransitionListener,
     Tx,
     Work,
@@ -54,10 +57,87 @@ class MemoryJobStore:
     def _move(self, job: Job, event: Event, now: datetime, **values: Any) -> Job:
         new_status = states.target(job.status, event)
         moved = replace(job, status=new_status, version=job.version + 1, updated_at=now, **values)
-        self.jobs[job.id] = moved
-        if self.listener is not None:
+        if job.parent_id is not None:
+            self.jobs[job.id] = moved
+            try:
+                self._part_moved(moved, now)
+            except BaseException:  # the parent's listener refused: as if nothing happened
+                self.jobs[job.id] = job
+                raise
+            return self.jobs[job.id]
+        if self.listener is not None:  # first: it may refuse, and then nothing has changed
             self.listener.on_transition(None, job, new_status)
+        self.jobs[job.id] = moved
+        if new_status in (JobStatus.FAILED, JobStatus.CANCELLED):
+            self._cancel_parts(job.id, now)
         return moved
+
+    def _record(self, job: Job, rows: list[dict[str, Any]]) -> None:
+        self.events += counted(job, rows)
+
+    # --- parts (jobs/parts.py) ------------------------------------------------------------------
+    def _parts(self, parent_id: str) -> list[Job]:
+        return [j for j in self.jobs.values() if j.parent_id == parent_id]
+
+    def _part_moved(self, part: Job, now: datetime) -> None:
+        assert part.parent_id is not None
+        parent = self.jobs.get(part.parent_id)
+        if parent is None or parent.status is not JobStatus.RUNNING:
+            return
+        if part.status is JobStatus.FAILED:
+            failure = Failure(
+                part.error or "a part of this job failed",
+                part.error_code or "part_failed",
+                part.error_category or "permanent",
+                part.retryable,
+            )
+            self._move(parent, Event.FAIL, now, **_failure_values(failure, now, None))
+            self.events.append(failure_event(parent, failure, now, None))
+            return
+        if part.status is JobStatus.CANCELLED:
+            self._move(parent, Event.CANCEL, now, **_cancel_values(now))
+            self.events.append(outcome_event(parent, "cancelled", now))
+            return
+        parts = self._parts(parent.id)
+        if all(p.status is JobStatus.COMPLETED for p in parts):
+            written = sum(p.processed_chunks for p in parts)
+            self._move(
+                parent,
+                Event.COMPLETE,
+                now,
+                total_chunks=written,
+                processed_chunks=written,
+                heartbeat_at=now,
+                **_completed_values(now),
+            )
+            self.events.append(outcome_event(parent, "completed", now))
+            return
+        self._refresh_parent(parent.id, now)
+
+    def _refresh_parent(self, parent_id: str, now: datetime) -> None:
+        parent = self.jobs.get(parent_id)
+        if parent is None or parent.status is not JobStatus.RUNNING or parent.lease_owner:
+            return
+        sums = summed(
+            PartState(p.status, p.stage, p.total_chunks, p.processed_chunks)
+            for p in self._parts(parent_id)
+        )
+        self.jobs[parent_id] = replace(
+            parent,
+            stage=sums.stage,
+            total_chunks=sums.total_chunks,
+            processed_chunks=sums.processed_chunks,
+            heartbeat_at=now,
+            updated_at=now,
+        )
+
+    def _cancel_parts(self, parent_id: str, now: datetime) -> None:
+        for part in self._parts(parent_id):
+            if part.status in OPEN:
+                self._move(part, Event.CANCEL, now, **_cancel_values(now))
+
+    def _waiting_on_parts(self, job: Job) -> bool:
+        return any(p.status in OPEN for p in self._parts(job.id))
 
     def _held(self, lease: Lease) -> Job:
         job = self.jobs.get(lease.job_id)
@@ -145,7 +225,7 @@ class MemoryJobStore:
                 run_after=None,
             )
             self._stage_started[job_id] = now
-            return Lease(job_id, owner, attempt)
+            return Lease(job_id, owner, attempt, job.parent_id)
 
     def report(
         self,
@@ -174,6 +254,8 @@ class MemoryJobStore:
                 total_chunks=total if total is not None else job.total_chunks,
                 processed_chunks=processed if processed is not None else job.processed_chunks,
             )
+            if job.parent_id is not None:
+                self._refresh_parent(job.parent_id, now)
 
     def heartbeat(self, leases: Sequence[Lease], *, now: datetime) -> list[Lease]:
         lost = []
@@ -190,22 +272,15 @@ class MemoryJobStore:
     def complete(self, lease: Lease, *, now: datetime) -> Job:
         with self._lock:
             job = self._held(lease)
-            self.events += stage_event(
-                job.id, job.stage.value, self._stage_started.get(job.id), now
-            )
-            self.events.append(outcome_event(job, "completed", now))
-            return self._move(
+            moved = self._move(job, Event.COMPLETE, now, **_completed_values(now))
+            self._record(
                 job,
-                Event.COMPLETE,
-                now,
-                stage=Stage.DONE,
-                finished_at=now,
-                lease_owner=None,
-                error=None,
-                error_code=None,
-                error_category=None,
-                retryable=False,
+                [
+                    *stage_event(job.id, job.stage.value, self._stage_started.get(job.id), now),
+                    outcome_event(job, "completed", now),
+                ],
             )
+            return moved
 
     def fail(
         self, lease: Lease, failure: Failure, *, now: datetime, retry_at: datetime | None
@@ -216,19 +291,8 @@ class MemoryJobStore:
 
     def _fail(self, job: Job, failure: Failure, now: datetime, retry_at: datetime | None) -> Job:
         event = Event.FAIL if retry_at is None else Event.RETRY_LATER
-        self.events.append(failure_event(job, failure, now, retry_at))
-        moved = self._move(
-            job,
-            event,
-            now,
-            error=failure.message,
-            error_code=failure.code,
-            error_category=failure.category,
-            retryable=failure.retryable,
-            lease_owner=None,
-            run_after=retry_at,
-            finished_at=None if retry_at is not None else now,
-        )
+        moved = self._move(job, event, now, **_failure_values(failure, now, retry_at))
+        self._record(job, [failure_event(job, failure, now, retry_at)])
         if retry_at is not None:
             self._add_outbox(job.id, now, retry_at)
         return moved
@@ -248,23 +312,63 @@ class MemoryJobStore:
             self._add_outbox(job.id, now, now)
             return moved
 
+    def split(self, lease: Lease, parts: int, *, now: datetime, work: PartsWork) -> list[str]:
+        if parts < 1:
+            raise ValueError("a job splits into one part or more")
+        with self._lock:
+            job = self._held(lease)
+            self.events += stage_event(
+                job.id, job.stage.value, self._stage_started.get(job.id), now
+            )
+            self._stage_started[job.id] = now
+            job = replace(
+                job,
+                lease_owner=None,
+                stage=Stage.PARSING,
+                total_chunks=None,
+                processed_chunks=0,
+                heartbeat_at=now,
+                updated_at=now,
+                version=job.version + 1,
+            )
+            self.jobs[job.id] = job
+            for old in self._parts(job.id):
+                del self.jobs[old.id]
+            self.outbox = [r for r in self.outbox if r.job_id in self.jobs]
+            ids = [str(uuid.uuid4()) for _ in range(parts)]
+            budget = part_budget(job.max_attempts, job.attempt)
+            for part_id in ids:
+                self.jobs[part_id] = replace(
+                    job,
+                    id=part_id,
+                    parent_id=job.id,
+                    kind=PART_KIND,
+                    status=JobStatus.PENDING,
+                    stage=Stage.QUEUED,
+                    attempt=0,
+                    max_attempts=budget,
+                    heartbeat_at=None,
+                    started_at=None,
+                    finished_at=None,
+                    run_after=None,
+                    version=1,
+                    idempotency_key=None,
+                    created_at=now,
+                    error=None,
+                    error_code=None,
+                    error_category=None,
+                    retryable=False,
+                )
+                self._add_outbox(part_id, now, now)
+            work(None, ids)
+            return ids
+
     # --- operator actions -----------------------------------------------------------------------
     def cancel(self, job_id: str, *, now: datetime) -> Job:
         with self._lock:
             job = self._existing(job_id)
-            moved = self._move(
-                job,
-                Event.CANCEL,
-                now,
-                finished_at=now,
-                lease_owner=None,
-                run_after=None,
-                error="cancelled on request",
-                error_code="cancelled",
-                error_category=None,
-                retryable=True,
-            )
-            self.events.append(outcome_event(job, "cancelled", now))
+            moved = self._move(job, Event.CANCEL, now, **_cancel_values(now))
+            self._record(job, [outcome_event(job, "cancelled", now)])
             return moved
 
     def requeue(
@@ -307,8 +411,14 @@ class MemoryJobStore:
                 for j in self.jobs.values()
                 if j.status is JobStatus.RUNNING
                 and (j.heartbeat_at is None or j.heartbeat_at < stale_before)
+                and not self._waiting_on_parts(j)
             ]
-            return [self._fail(job, failure, now, retry_at(job)) for job in stale]
+            rescued = []
+            for job in stale:
+                current = self.jobs.get(job.id)  # an earlier rescue's part may have ended it
+                if current is not None and current.status is JobStatus.RUNNING:
+                    rescued.append(self._fail(current, failure, now, retry_at(current)))
+            return rescued
 
     def due_outbox(self, *, now: datetime, limit: int) -> list[OutboxItem]:
         with self._lock:
@@ -386,7 +496,9 @@ class MemoryJobStore:
                 if job.status in (JobStatus.PENDING, JobStatus.RETRYING) and job.is_due(now)
             ]
             beats = [
-                job.heartbeat_at for job in self.jobs.values() if job.status is JobStatus.RUNNING
+                job.heartbeat_at
+                for job in self.jobs.values()
+                if job.status is JobStatus.RUNNING and not self._waiting_on_parts(job)
             ]
             outcomes = Counter(
                 (e["kind"], e["category"] or "") for e in self.events if e["kind"] != "stage"
@@ -414,3 +526,39 @@ class MemoryJobStore:
                 return 0, 0.0
             oldest = min(r.available_at for r in due)
             return len(due), max(0.0, (now - oldest).total_seconds())
+
+
+def _completed_values(now: datetime) -> dict[str, Any]:
+    return {
+        "stage": Stage.DONE,
+        "finished_at": now,
+        "lease_owner": None,
+        "error": None,
+        "error_code": None,
+        "error_category": None,
+        "retryable": False,
+    }
+
+
+def _cancel_values(now: datetime) -> dict[str, Any]:
+    return {
+        "finished_at": now,
+        "lease_owner": None,
+        "run_after": None,
+        "error": "cancelled on request",
+        "error_code": "cancelled",
+        "error_category": None,
+        "retryable": True,
+    }
+
+
+def _failure_values(failure: Failure, now: datetime, retry_at: datetime | None) -> dict[str, Any]:
+    return {
+        "error": failure.message,
+        "error_code": failure.code,
+        "error_category": failure.category,
+        "retryable": failure.retryable,
+        "lease_owner": None,
+        "run_after": retry_at,
+        "finished_at": None if retry_at is not None else now,
+    }

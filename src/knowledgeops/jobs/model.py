@@ -45,6 +45,7 @@ class Job:
     idempotency_key: str | None
     created_at: datetime
     updated_at: datetime
+    parent_id: str | None = None  # set on a part of a split job (see JobStore.split)
 
     def is_due(self, now: datetime) -> bool:
         return self.run_after is None or self.run_after <= now
@@ -57,6 +58,7 @@ class Lease:
     job_id: str
     owner: str
     attempt: int
+    parent_id: str | None = None  # the job's parent, when it is a part of a split job
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from knowledgeops.jobs.heartbeat import Heartbeat
 from knowledgeops.jobs.model import Failure, Job, Lease
 from knowledgeops.jobs.retry import RetryPolicy
 from knowledgeops.jobs.states import JobStatus, Stage
-from knowledgeops.jobs.store import JobStore, LeaseLost, Work
+from knowledgeops.jobs.store import JobStore, LeaseLost, PartsWork, Work
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,7 @@ class Outcome(StrEnum):
     SKIPPED = "skipped"  # not runnable now (done, running elsewhere, not due, unknown)
     LOST = "lost"  # the lease was lost mid-way (cancelled, rescued, deleted)
     RELEASED = "released"  # given back because the worker is stopping
+    SPLIT = "split"  # handed to part jobs, which complete it (JobStore.split)
 
 
 class WorkerStopping(Exception):
@@ -54,6 +55,7 @@ class JobContext:
         self.job = job
         self.clock = clock
         self._stopping = stopping
+        self.parts: list[str] | None = None
 
     def report(
         self,
@@ -70,6 +72,15 @@ class JobContext:
         self.store.report(
             self.lease, now=self.clock(), stage=stage, total=total, processed=processed, work=work
         )
+
+    def split(self, parts: int, work: PartsWork) -> list[str]:
+        """Hand this job's work to `parts` part jobs (JobStore.split), with `work(tx, ids)`
+        writing what each part is to do in the same transaction. The handler must return right
+        after: the job is no longer this worker's, and its last part completes it."""
+        if self._stopping.is_set():
+            raise WorkerStopping
+        self.parts = self.store.split(self.lease, parts, now=self.clock(), work=work)
+        return self.parts
 
 
 class Handler(Protocol):
@@ -121,6 +132,9 @@ class Runner:
         ctx = JobContext(self.store, lease, job, self.clock, self.stopping)
         try:
             self.handler(ctx)
+            if ctx.parts is not None:
+                log.info("job %s: split into %d parts", job.id, len(ctx.parts))
+                return Outcome.SPLIT
             faults.hit("before_complete")  # the chaos suite's crash point; off by default
             self.store.complete(lease, now=self.clock())
         except LeaseLost as lost:

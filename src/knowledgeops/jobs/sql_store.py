@@ -7,6 +7,7 @@ read a few times before it is reported.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -19,19 +20,25 @@ from knowledgeops.db.schema import ingest_jobs as J
 from knowledgeops.db.schema import job_events as E
 from knowledgeops.db.schema import outbox as O
 from knowledgeops.jobs import states
-from knowledgeops.jobs.events import age, failure_event, outcome_event, stage_event
+from knowledgeops.jobs.events import age, counted, failure_event, outcome_event, stage_event
 from knowledgeops.jobs.model import Failure, Job, JobMetrics, Lease, NewJob, OutboxItem
-from knowledgeops.jobs.states import Event, JobStatus, Stage
+from knowledgeops.jobs.parts import PART_KIND, PartState, part_budget, summed
+from knowledgeops.jobs.states import OPEN, Event, JobStatus, Stage
 from knowledgeops.jobs.store import (
     Guard,
     JobNotFound,
     LeaseLost,
+    PartsWork,
     TransitionListener,
     Tx,
     Work,
 )
 
 CAS_TRIES = 5
+_OPEN = [status.value for status in OPEN]
+P = J.alias("part")
+# a running job that split and waits on parts still at work: no worker holds it, none is lost
+_WAITING_ON_PARTS = exists().where(P.c.parent_id == J.c.id, P.c.status.in_(_OPEN))
 
 
 def _job(row: Row[Any]) -> Job:
@@ -77,6 +84,12 @@ class SqlJobStore:
         if rows:
             conn.execute(insert(E), list(rows))
 
+    def _lock_parent(self, conn: Connection, parent_id: str | None) -> None:
+        """Rows are locked parent before part (PostgreSQL), by every writer that touches both:
+        a part's transitions and reports, the parent's cancel and its parts' propagation."""
+        if parent_id is not None and not self.db.is_sqlite:
+            conn.execute(select(J.c.id).where(J.c.id == parent_id).with_for_update()).first()
+
     def _cas(
         self,
         conn: Connection,
@@ -87,8 +100,10 @@ class SqlJobStore:
         lease: Lease | None = None,
         also: Any = None,
     ) -> bool:
-        """Move `job` by `event` if nobody changed it since it was read; tell the listener."""
+        """Move `job` by `event` if nobody changed it since it was read; tell the listener (or,
+        for a part, carry the change to its parent and siblings)."""
         new_status = states.target(job.status, event)
+        self._lock_parent(conn, job.parent_id)
         stmt = update(J).where(
             J.c.id == job.id, J.c.status == job.status.value, J.c.version == job.version
         )
@@ -101,9 +116,103 @@ class SqlJobStore:
         )
         if result.rowcount != 1:
             return False
+        if job.parent_id is not None:
+            self._part_moved(conn, job, new_status, now)
+            return True
         if self.listener is not None:
             self.listener.on_transition(conn, job, new_status)
+        if new_status in (JobStatus.FAILED, JobStatus.CANCELLED):
+            self._cancel_parts(conn, job.id, now)
         return True
+
+    # --- parts (jobs/parts.py) ------------------------------------------------------------------
+    def _part_moved(
+        self, conn: Connection, part: Job, new_status: JobStatus, now: datetime
+    ) -> None:
+        parent_id = part.parent_id
+        assert parent_id is not None
+        parent = self._load(conn, parent_id)
+        if parent is None or parent.status is not JobStatus.RUNNING:
+            return
+        if new_status is JobStatus.FAILED:
+            failed = self._load(conn, part.id)
+            assert failed is not None
+            failure = Failure(
+                failed.error or "a part of this job failed",
+                failed.error_code or "part_failed",
+                failed.error_category or "permanent",
+                failed.retryable,
+            )
+            if self._cas(conn, parent, Event.FAIL, now, _failure_values(failure, now, None)):
+                self._events(conn, [failure_event(parent, failure, now, None)])
+            return
+        if new_status is JobStatus.CANCELLED:
+            if self._cas(conn, parent, Event.CANCEL, now, _cancel_values(now)):
+                self._events(conn, [outcome_event(parent, "cancelled", now)])
+            return
+        if new_status is JobStatus.COMPLETED and self._all_completed(conn, parent_id):
+            written = self._sum_processed(conn, parent_id)
+            values = {
+                **_completed_values(now),
+                "total_chunks": written,
+                "processed_chunks": written,
+                "heartbeat_at": now,
+            }
+            if self._cas(conn, parent, Event.COMPLETE, now, values):
+                self._events(conn, [outcome_event(parent, "completed", now)])
+            return
+        self._refresh_parent(conn, parent_id, now)
+
+    @staticmethod
+    def _all_completed(conn: Connection, parent_id: str) -> bool:
+        others = conn.scalar(
+            select(func.count()).where(
+                J.c.parent_id == parent_id, J.c.status != JobStatus.COMPLETED.value
+            )
+        )
+        return not others
+
+    @staticmethod
+    def _sum_processed(conn: Connection, parent_id: str) -> int:
+        total = conn.scalar(
+            select(func.sum(J.c.processed_chunks)).where(J.c.parent_id == parent_id)
+        )
+        return int(total or 0)
+
+    def _refresh_parent(self, conn: Connection, parent_id: str, now: datetime) -> None:
+        """Show the parts' summed progress on their parent (no version change: progress is not
+        state a compare-and-set guards)."""
+        rows = conn.execute(
+            select(J.c.status, J.c.stage, J.c.total_chunks, J.c.processed_chunks).where(
+                J.c.parent_id == parent_id
+            )
+        ).all()
+        sums = summed(PartState(JobStatus(r[0]), Stage(r[1]), r[2], r[3]) for r in rows)
+        conn.execute(
+            update(J)
+            .where(
+                J.c.id == parent_id,
+                J.c.status == JobStatus.RUNNING.value,
+                J.c.lease_owner.is_(None),
+            )
+            .values(
+                stage=sums.stage.value,
+                total_chunks=sums.total_chunks,
+                processed_chunks=sums.processed_chunks,
+                heartbeat_at=now,
+                updated_at=now,
+            )
+        )
+
+    def _cancel_parts(self, conn: Connection, parent_id: str, now: datetime) -> None:
+        """End the parts still at work of a job that failed or was cancelled."""
+        ids = conn.scalars(
+            select(J.c.id).where(J.c.parent_id == parent_id, J.c.status.in_(_OPEN))
+        ).all()
+        for part_id in ids:
+            part = self._load(conn, part_id)
+            if part is not None and part.status in OPEN:
+                self._cas(conn, part, Event.CANCEL, now, _cancel_values(now))
 
     def _transition(
         self,
@@ -135,7 +244,7 @@ class SqlJobStore:
                 )
                 if self._cas(conn, job, event, now, values(job), lease):
                     if events is not None:
-                        self._events(conn, events(job, stage_started))
+                        self._events(conn, counted(job, events(job, stage_started)))
                     available = outbox_at(job) if outbox_at else None
                     if available is not None:
                         self._add_outbox(conn, job_id, now, available)
@@ -207,7 +316,7 @@ class SqlJobStore:
                     "run_after": None,
                 },
             )
-            return Lease(job_id, owner, attempt) if claimed else None
+            return Lease(job_id, owner, attempt, job.parent_id) if claimed else None
 
     def _fenced(self, lease: Lease) -> Any:
         return update(J).where(
@@ -235,6 +344,7 @@ class SqlJobStore:
         if processed is not None:
             values["processed_chunks"] = processed
         with self.db.write() as conn:
+            self._lock_parent(conn, lease.parent_id)
             before = None
             if stage is not None:
                 before = conn.execute(
@@ -252,6 +362,8 @@ class SqlJobStore:
                 )
             if work is not None:
                 work(conn)
+            if lease.parent_id is not None:
+                self._refresh_parent(conn, lease.parent_id, now)
 
     def heartbeat(self, leases: Sequence[Lease], *, now: datetime) -> list[Lease]:
         lost = []
@@ -267,15 +379,7 @@ class SqlJobStore:
             lease.job_id,
             Event.COMPLETE,
             now,
-            lambda job: {
-                "stage": Stage.DONE.value,
-                "finished_at": now,
-                "lease_owner": None,
-                "error": None,
-                "error_code": None,
-                "error_category": None,
-                "retryable": False,
-            },
+            lambda job: _completed_values(now),
             lease=lease,
             events=lambda job, started: [
                 *stage_event(job.id, job.stage.value, started, now),
@@ -312,21 +416,70 @@ class SqlJobStore:
             outbox_at=lambda job: now,
         )
 
+    def split(self, lease: Lease, parts: int, *, now: datetime, work: PartsWork) -> list[str]:
+        if parts < 1:
+            raise ValueError("a job splits into one part or more")
+        with self.db.write() as conn:
+            before = conn.execute(
+                select(J.c.stage, J.c.stage_started_at).where(J.c.id == lease.job_id)
+            ).first()
+            result = conn.execute(
+                self._fenced(lease).values(
+                    lease_owner=None,
+                    stage=Stage.PARSING.value,
+                    stage_started_at=now,
+                    total_chunks=None,
+                    processed_chunks=0,
+                    heartbeat_at=now,
+                    updated_at=now,
+                    version=J.c.version + 1,
+                )
+            )
+            if result.rowcount != 1:
+                job = self._load(conn, lease.job_id)
+                raise LeaseLost(lease, job.status if job else None)
+            job = self._load(conn, lease.job_id)
+            assert job is not None
+            assert before is not None
+            self._events(conn, stage_event(job.id, before.stage, before.stage_started_at, now))
+            conn.execute(delete(J).where(J.c.parent_id == job.id))  # an earlier attempt's
+            ids = [str(uuid.uuid4()) for _ in range(parts)]
+            budget = part_budget(job.max_attempts, job.attempt)
+            conn.execute(
+                insert(J),
+                [
+                    {
+                        "id": part_id,
+                        "parent_id": job.id,
+                        "document_id": job.document_id,
+                        "dataset_id": job.dataset_id,
+                        "kind": PART_KIND,
+                        "generation": job.generation,
+                        "status": JobStatus.PENDING.value,
+                        "stage": Stage.QUEUED.value,
+                        "processed_chunks": 0,
+                        "retryable": False,
+                        "attempt": 0,
+                        "max_attempts": budget,
+                        "version": 1,
+                        "created_at": now,
+                        "updated_at": now,
+                    }
+                    for part_id in ids
+                ],
+            )
+            for part_id in ids:
+                self._add_outbox(conn, part_id, now, now)
+            work(conn, ids)
+            return ids
+
     # --- operator actions -----------------------------------------------------------------------
     def cancel(self, job_id: str, *, now: datetime) -> Job:
         return self._transition(
             job_id,
             Event.CANCEL,
             now,
-            lambda job: {
-                "finished_at": now,
-                "lease_owner": None,
-                "run_after": None,
-                "error": "cancelled on request",
-                "error_code": "cancelled",
-                "error_category": None,
-                "retryable": True,
-            },
+            lambda job: _cancel_values(now),
             events=lambda job, _: [outcome_event(job, "cancelled", now)],
         )
 
@@ -363,15 +516,17 @@ class SqlJobStore:
         retry_at: Callable[[Job], datetime | None],
     ) -> list[Job]:
         with self.db.read() as conn:
-            ids = conn.scalars(
-                select(J.c.id).where(
+            found = conn.execute(
+                select(J.c.id, J.c.parent_id).where(
                     J.c.status == JobStatus.RUNNING.value,
                     or_(J.c.heartbeat_at.is_(None), J.c.heartbeat_at < stale_before),
+                    ~_WAITING_ON_PARTS,
                 )
             ).all()
         rescued = []
-        for job_id in ids:
+        for job_id, parent_id in found:
             with self.db.write() as conn:
+                self._lock_parent(conn, parent_id)
                 if not self.db.is_sqlite:  # a frozen worker may hold the row: skip it this pass
                     held = conn.execute(
                         select(J.c.id).where(J.c.id == job_id).with_for_update(skip_locked=True)
@@ -386,9 +541,12 @@ class SqlJobStore:
                 when = retry_at(job)
                 event = Event.FAIL if when is None else Event.RETRY_LATER
                 values = _failure_values(failure, now, when)
-                still_silent = or_(J.c.heartbeat_at.is_(None), J.c.heartbeat_at < stale_before)
+                still_silent = and_(
+                    or_(J.c.heartbeat_at.is_(None), J.c.heartbeat_at < stale_before),
+                    ~_WAITING_ON_PARTS,
+                )
                 if self._cas(conn, job, event, now, values, also=still_silent):
-                    self._events(conn, [failure_event(job, failure, now, when)])
+                    self._events(conn, counted(job, [failure_event(job, failure, now, when)]))
                     if when is not None:
                         self._add_outbox(conn, job_id, now, when)
                     loaded = self._load(conn, job_id)
@@ -499,8 +657,10 @@ class SqlJobStore:
                     or_(J.c.run_after.is_(None), J.c.run_after <= now),
                 )
             )
-            beats = conn.scalars(
-                select(J.c.heartbeat_at).where(J.c.status == JobStatus.RUNNING.value)
+            beats = conn.scalars(  # a job waiting on its parts has no worker to beat for it
+                select(J.c.heartbeat_at).where(
+                    J.c.status == JobStatus.RUNNING.value, ~_WAITING_ON_PARTS
+                )
             ).all()
             outcomes = {
                 (kind, category or ""): int(count)
@@ -548,6 +708,30 @@ def _holds(job: Job, lease: Lease) -> bool:
         and job.lease_owner == lease.owner
         and job.attempt == lease.attempt
     )
+
+
+def _completed_values(now: datetime) -> dict[str, Any]:
+    return {
+        "stage": Stage.DONE.value,
+        "finished_at": now,
+        "lease_owner": None,
+        "error": None,
+        "error_code": None,
+        "error_category": None,
+        "retryable": False,
+    }
+
+
+def _cancel_values(now: datetime) -> dict[str, Any]:
+    return {
+        "finished_at": now,
+        "lease_owner": None,
+        "run_after": None,
+        "error": "cancelled on request",
+        "error_code": "cancelled",
+        "error_category": None,
+        "retryable": True,
+    }
 
 
 def _failure_values(failure: Failure, now: datetime, retry_at: datetime | None) -> dict[str, Any]:

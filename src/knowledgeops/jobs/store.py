@@ -19,6 +19,7 @@ from knowledgeops.jobs.states import JobStatus, Stage
 
 Tx = Any  # the store's transaction handle; opaque to the jobs core
 Work = Callable[[Tx], None]
+PartsWork = Callable[[Tx, list[str]], None]
 Guard = Callable[[Tx, Job], None]
 
 
@@ -40,7 +41,9 @@ class JobNotFound(LookupError):
 
 
 class TransitionListener(Protocol):
-    """Called inside the transaction of every status change, so other rows change with it."""
+    """Called inside the transaction of every status change of a job that is not a part, so
+    other rows change with it; it may raise to refuse the change (the transaction is rolled
+    back and the caller sees the error)."""
 
     def on_transition(self, tx: Tx, job: Job, new_status: JobStatus) -> None: ...
 
@@ -87,6 +90,16 @@ class JobStore(Protocol):
 
     def release(self, lease: Lease, *, now: datetime) -> Job:
         """Give the job back (worker shutting down): retrying now, this attempt not counted."""
+        ...
+
+    def split(self, lease: Lease, parts: int, *, now: datetime, work: PartsWork) -> list[str]:
+        """Hand the job's work to `parts` new part jobs (kind "part", pending, each with its
+        outbox row), in one transaction fenced by the lease that also runs `work(tx, part_ids)`;
+        returns the part ids, in order. The job stays running, held by no worker, and shows its
+        parts' summed progress (jobs/parts.py); the last part to complete completes it, a part
+        that fails for good fails it and cancels the rest, cancelling it (or a part) cancels
+        all. Parts an earlier attempt made are deleted. The listener is not told of parts'
+        transitions, only of the job's. LeaseLost if not held."""
         ...
 
     # --- operator actions -----------------------------------------------------------------------
