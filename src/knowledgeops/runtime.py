@@ -301,6 +301,7 @@ def make_pipeline(
         HFTokenizer(load_tokenizer()),
         batch_size=settings.embed_batch_size,
         parsing=parsing,
+        part_pages=settings.pdf_part_pages,
     )
 
 
@@ -336,6 +337,7 @@ class Embedded(Services):
             heartbeat=self.heartbeat,
             clock=clock,
             owner_prefix=f"serve-{os.getpid()}",
+            on_split=self.relay.wake,
         )
         self.workers = WorkerPool(
             self.queue,

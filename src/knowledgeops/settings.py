@@ -125,6 +125,12 @@ class Settings(BaseSettings):
         "of their own, keep their priority (nice the process to share a machine).",
     )
     embed_batch_size: int = Field(32, ge=1, le=1024)
+    pdf_part_pages: int = Field(
+        50,
+        ge=0,
+        description="A PDF of more pages is split into parts of this many pages, which workers "
+        "ingest in parallel: one job, one generation of one document. 0 = never split.",
+    )
     chunk_size: int = Field(200, ge=16, description="Tokens per chunk (model tokenizer).")
     chunk_overlap: int = Field(30, ge=0, description="Tokens shared by neighbouring chunks.")
 

@@ -4,6 +4,10 @@ Registered with the job store as its `TransitionListener`: when a job completes,
 becomes the document's searchable one in the same transaction (DESIGN.md §5); when it fails or is
 cancelled, its partial generation is dropped and the previous one stays searchable; when an
 attempt starts, whatever an earlier attempt wrote of its generation is dropped first.
+
+A job completing with no chunk at all is refused (the transaction rolls back): only a PDF split
+into parts gets that far, each part having found no text on its pages, and the whole document
+then fails as a PDF without text does.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from typing import Any
 from sqlalchemy import update
 
 from knowledgeops.db.schema import documents, utcnow
+from knowledgeops.errors import PermanentError
 from knowledgeops.ingest.index.base import ChunkIndex
+from knowledgeops.ingest.parsers.pdf import NO_TEXT_MESSAGE
 from knowledgeops.jobs.model import Job
 from knowledgeops.jobs.states import JobStatus
 
@@ -37,7 +43,8 @@ class DocumentLifecycle:
             # (chunked with settings that may have changed since) must not survive into it.
             self.index.discard(tx, job.document_id, job.generation)
         elif new_status is JobStatus.COMPLETED:
-            self.index.activate(tx, job.document_id, job.generation)
+            if not self.index.activate(tx, job.document_id, job.generation):
+                raise PermanentError(NO_TEXT_MESSAGE, code="no_text_layer")
         elif new_status in (JobStatus.FAILED, JobStatus.CANCELLED):
             self.index.discard(tx, job.document_id, job.generation)
         tx.execute(

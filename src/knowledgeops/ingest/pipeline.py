@@ -5,6 +5,11 @@ transaction as the progress count that includes it, fenced by the worker's lease
 `processedChunks` is always the number of chunks really written, and a worker that lost its job
 can write nothing more. Chunk ids are stable per (document, generation, ordinal): a retry
 overwrites its own partial writes instead of adding to them.
+
+A PDF of more than `part_pages` pages is split (JobStore.split): its job hands page ranges to
+part jobs that any worker runs, each writing its pages' chunks into the job's generation with
+ordinals from its own base (so ids stay stable and distinct); the last part to complete makes
+the generation searchable, all at once. Chunks do not span two parts.
 """
 
 from __future__ import annotations
@@ -15,25 +20,28 @@ from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 
 from knowledgeops.blobs import LocalBlobStore
 from knowledgeops.db.engine import Database
-from knowledgeops.db.schema import datasets, documents
+from knowledgeops.db.schema import datasets, documents, job_parts
 from knowledgeops.errors import PermanentError
 from knowledgeops.ingest.chunker import ChunkDraft, Tokenizer
 from knowledgeops.ingest.embedders.base import Embedder
 from knowledgeops.ingest.embedders.cache import CachedEmbedder
 from knowledgeops.ingest.index.base import ChunkIndex, IndexedChunk, chunk_id
+from knowledgeops.ingest.parsers.base import ContentType
 from knowledgeops.ingest.parsers.isolated import InlineParsing, Parsing
 from knowledgeops.ingest.parsers.limits import DEFAULT_LIMITS
 from knowledgeops.ingest.prepare import ChunkSpec, ChunkStream
+from knowledgeops.jobs.parts import PART_KIND
 from knowledgeops.jobs.runner import JobContext
 from knowledgeops.jobs.states import Stage
 
 log = logging.getLogger(__name__)
 
 WINDOW = 512  # chunks: a document's chunks in memory at once (embedded, then written)
+ORDINALS = 2**31  # chunk ordinals are 32-bit integers (PostgreSQL): parts' bases stay below
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +51,18 @@ class _Source:
     file_name: str
     chunk_size: int
     chunk_overlap: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    first_page: int
+    last_page: int
+    ordinal_base: int
+
+
+def page_ranges(pages: int, per_part: int) -> list[tuple[int, int]]:
+    """Pages 1..`pages` in ranges of `per_part` (the last one may be shorter)."""
+    return [(first, min(first + per_part - 1, pages)) for first in range(1, pages + 1, per_part)]
 
 
 class IngestPipeline:
@@ -57,6 +77,7 @@ class IngestPipeline:
         batch_size: int,
         parsing: Parsing | None = None,
         window: int = WINDOW,
+        part_pages: int = 0,
     ) -> None:
         self.db = db
         self.blobs = blobs
@@ -67,21 +88,18 @@ class IngestPipeline:
         self.window = max(window, batch_size)
         self.parsing: Parsing = parsing or InlineParsing(DEFAULT_LIMITS)
         self.limits = self.parsing.limits
+        self.part_pages = part_pages
 
     def __call__(self, ctx: JobContext) -> None:
+        if ctx.job.kind == PART_KIND:
+            self._run_part(ctx)
+            return
         ctx.report(stage=Stage.PARSING)
         source = self._source(ctx.job.document_id)
-        path = self.blobs.path(source.blob_key)
-        if not path.is_file():
-            raise PermanentError(
-                "the stored file is missing; upload the document again", code="file_missing"
-            )
-        spec = ChunkSpec(
-            size=source.chunk_size,
-            overlap=source.chunk_overlap,
-            max_text_chars=self.limits.max_text_chars,
-            max_chunks=self.limits.max_chunks,
-        )
+        path = self._stored(source)
+        if self._split(ctx, source, path):
+            return
+        spec = self._spec(source)
         # parsed, cleaned and chunked where the parser runs (its own process by default), so
         # the next chunks are made while this thread waits for the model
         stream = ChunkStream(self.parsing.chunks(path, source.content_type, spec, self.tokenizer))
@@ -95,6 +113,92 @@ class IngestPipeline:
             )
         pages = stream.pages
         ctx.report(stage=Stage.INDEXING, work=lambda tx: self._record_pages(tx, ctx, pages))
+
+    def _stored(self, source: _Source) -> Any:
+        path = self.blobs.path(source.blob_key)
+        if not path.is_file():
+            raise PermanentError(
+                "the stored file is missing; upload the document again", code="file_missing"
+            )
+        return path
+
+    def _spec(self, source: _Source, part: _Part | None = None) -> ChunkSpec:
+        return ChunkSpec(
+            size=source.chunk_size,
+            overlap=source.chunk_overlap,
+            max_text_chars=self.limits.max_text_chars,
+            max_chunks=self.limits.max_chunks,
+            first_page=None if part is None else part.first_page,
+            last_page=None if part is None else part.last_page,
+        )
+
+    # --- a large PDF, in parts --------------------------------------------------------------------
+    def _split(self, ctx: JobContext, source: _Source, path: Any) -> bool:
+        """Split a PDF of more than `part_pages` pages into page-range parts; False if it is
+        to be ingested whole. Its page count is read in the parser process."""
+        if not self.part_pages or source.content_type != ContentType.PDF:
+            return False
+        pages = self.parsing.page_count(path, source.content_type)
+        if pages is None or pages <= self.part_pages:
+            return False
+        ranges = page_ranges(pages, self.part_pages)
+        stride = self.limits.max_chunks  # a part makes at most this many chunks
+        if len(ranges) * stride >= ORDINALS:
+            log.warning(
+                "job %s: %d parts of up to %d chunks do not fit 32-bit ordinals; not split",
+                ctx.job.id,
+                len(ranges),
+                stride,
+            )
+            return False
+        document_id = ctx.job.document_id
+
+        def record(tx: Any, ids: list[str]) -> None:
+            tx.execute(
+                insert(job_parts),
+                [
+                    {
+                        "job_id": part_id,
+                        "part_index": n,
+                        "first_page": first,
+                        "last_page": last,
+                        "ordinal_base": n * stride,
+                    }
+                    for n, (part_id, (first, last)) in enumerate(zip(ids, ranges, strict=True))
+                ],
+            )
+            tx.execute(
+                update(documents).where(documents.c.id == document_id).values(page_count=pages)
+            )
+
+        ctx.split(len(ranges), record)
+        log.info("job %s: %d pages split into %d parts", ctx.job.id, pages, len(ranges))
+        return True
+
+    def _run_part(self, ctx: JobContext) -> None:
+        """One page range of a split PDF: its chunks go into the job's generation, from the
+        part's ordinal base. A range without text is no error (the document as a whole is
+        checked when it completes: DocumentLifecycle)."""
+        ctx.report(stage=Stage.PARSING)
+        part = self._part(ctx.job.id)
+        source = self._source(ctx.job.document_id)
+        path = self._stored(source)
+        spec = self._spec(source, part)
+        stream = ChunkStream(self.parsing.chunks(path, source.content_type, spec, self.tokenizer))
+        with closing(stream):
+            total = self._embed_and_index(ctx, _announce(stream, ctx), base=part.ordinal_base)
+        ctx.report(stage=Stage.INDEXING, total=total, processed=total)
+
+    def _part(self, job_id: str) -> _Part:
+        with self.db.read() as conn:
+            row = conn.execute(
+                select(
+                    job_parts.c.first_page, job_parts.c.last_page, job_parts.c.ordinal_base
+                ).where(job_parts.c.job_id == job_id)
+            ).first()
+        if row is None:
+            raise PermanentError("this part of the job has no page range", code="part_missing")
+        return _Part(*row)
 
     def _source(self, document_id: str) -> _Source:
         with self.db.read() as conn:
@@ -113,7 +217,9 @@ class IngestPipeline:
             raise PermanentError("the document was deleted", code="document_deleted")
         return _Source(*row)
 
-    def _embed_and_index(self, ctx: JobContext, drafts: Iterable[ChunkDraft]) -> int:
+    def _embed_and_index(
+        self, ctx: JobContext, drafts: Iterable[ChunkDraft], *, base: int = 0
+    ) -> int:
         """Embed and write the drafts as they stream from the chunker, a window at a time, so a
         document's text is never all in memory. Returns how many chunks were written.
 
@@ -130,7 +236,7 @@ class IngestPipeline:
                 if not streaming:
                     ctx.report(stage=Stage.EMBEDDING, processed=0)
                     streaming = True
-                self._embed_window(ctx, window, counts)
+                self._embed_window(ctx, window, counts, base)
                 window = []
         total = counts.processed + len(window)
         if total:
@@ -138,7 +244,7 @@ class IngestPipeline:
                 ctx.report(total=total)
             else:
                 ctx.report(stage=Stage.EMBEDDING, total=total, processed=0)
-            self._embed_window(ctx, window, counts)
+            self._embed_window(ctx, window, counts, base)
         log.info(
             "job %s: %d chunks; cache: %d texts embedded, %d reused",
             ctx.job.id,
@@ -148,7 +254,9 @@ class IngestPipeline:
         )
         return total
 
-    def _embed_window(self, ctx: JobContext, window: list[ChunkDraft], counts: _Counts) -> None:
+    def _embed_window(
+        self, ctx: JobContext, window: list[ChunkDraft], counts: _Counts, base: int
+    ) -> None:
         # Batches of similar length waste no model time on padding; order does not matter
         # because every chunk's id and ordinal are fixed already.
         order = sorted(window, key=lambda d: d.token_count)
@@ -160,7 +268,7 @@ class IngestPipeline:
             else:
                 vectors, fresh = self.embedder.embed(texts), len(texts)
             counts.embedded += fresh
-            rows = [self._indexed(ctx, d, v) for d, v in zip(batch, vectors, strict=True)]
+            rows = [self._indexed(ctx, d, v, base) for d, v in zip(batch, vectors, strict=True)]
             counts.processed += len(batch)
             ctx.report(processed=counts.processed, work=self._writer(rows))
 
@@ -171,14 +279,15 @@ class IngestPipeline:
         return write
 
     @staticmethod
-    def _indexed(ctx: JobContext, draft: ChunkDraft, vector: Any) -> IndexedChunk:
+    def _indexed(ctx: JobContext, draft: ChunkDraft, vector: Any, base: int) -> IndexedChunk:
         job = ctx.job
+        ordinal = base + draft.ordinal
         return IndexedChunk(
-            id=chunk_id(job.document_id, job.generation, draft.ordinal),
+            id=chunk_id(job.document_id, job.generation, ordinal),
             document_id=job.document_id,
             dataset_id=job.dataset_id,
             generation=job.generation,
-            ordinal=draft.ordinal,
+            ordinal=ordinal,
             text=draft.text,
             content_hash=draft.content_hash,
             token_count=draft.token_count,

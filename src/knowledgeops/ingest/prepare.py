@@ -19,6 +19,14 @@ class ChunkSpec:
     overlap: int  # tokens shared by neighbours
     max_text_chars: int  # KOPS_MAX_TEXT_CHARS
     max_chunks: int  # KOPS_MAX_CHUNKS_PER_DOCUMENT
+    first_page: int | None = None  # a page range of a PDF (one part of a split document) …
+    last_page: int | None = None  # … both from 1, inclusive
+
+    @property
+    def pages(self) -> tuple[int, int] | None:
+        if self.first_page is None or self.last_page is None:
+            return None
+        return self.first_page, self.last_page
 
 
 def prepare(

@@ -49,8 +49,10 @@ class JobContext:
         job: Job,
         clock: Callable[[], datetime],
         stopping: threading.Event,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         self.store = store
+        self.heartbeat = heartbeat
         self.lease = lease
         self.job = job
         self.clock = clock
@@ -79,7 +81,14 @@ class JobContext:
         after: the job is no longer this worker's, and its last part completes it."""
         if self._stopping.is_set():
             raise WorkerStopping
-        self.parts = self.store.split(self.lease, parts, now=self.clock(), work=work)
+        if self.heartbeat is not None:  # the job will be no worker's to beat for
+            self.heartbeat.drop(self.lease)
+        try:
+            self.parts = self.store.split(self.lease, parts, now=self.clock(), work=work)
+        except BaseException:
+            if self.heartbeat is not None:
+                self.heartbeat.hold(self.lease)
+            raise
         return self.parts
 
 
@@ -97,6 +106,7 @@ class Runner:
         heartbeat: Heartbeat,
         clock: Callable[[], datetime],
         owner_prefix: str = "worker",
+        on_split: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.handler = handler
@@ -104,6 +114,7 @@ class Runner:
         self.heartbeat = heartbeat
         self.clock = clock
         self.owner = f"{owner_prefix}-{uuid.uuid4().hex[:12]}"
+        self.on_split = on_split  # e.g. wake the relay: the parts' outbox rows are due now
         self.stopping = threading.Event()
 
     def run_job(self, job_id: str) -> Outcome:
@@ -129,11 +140,13 @@ class Runner:
         return job.status is JobStatus.RETRYING and job.is_due(self.clock())
 
     def _run_claimed(self, job: Job, lease: Lease) -> Outcome:
-        ctx = JobContext(self.store, lease, job, self.clock, self.stopping)
+        ctx = JobContext(self.store, lease, job, self.clock, self.stopping, self.heartbeat)
         try:
             self.handler(ctx)
             if ctx.parts is not None:
                 log.info("job %s: split into %d parts", job.id, len(ctx.parts))
+                if self.on_split is not None:
+                    self.on_split()
                 return Outcome.SPLIT
             faults.hit("before_complete")  # the chaos suite's crash point; off by default
             self.store.complete(lease, now=self.clock())

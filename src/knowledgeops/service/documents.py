@@ -20,6 +20,7 @@ from knowledgeops.jobs.states import OPEN
 from knowledgeops.jobs.store import JobStore
 from knowledgeops.service.blob_refs import unlink_unreferenced
 from knowledgeops.service.datasets import owned_datasets
+from knowledgeops.service.jobs import USER_JOBS
 from knowledgeops.service.views import DocumentView, Page
 
 DOCUMENT_STATUSES = ("pending", "processing", "ready", "failed", "cancelled")
@@ -28,7 +29,7 @@ DOCUMENT_STATUSES = ("pending", "processing", "ready", "failed", "cancelled")
 def _latest_job() -> Any:
     return (
         select(ingest_jobs.c.id)
-        .where(ingest_jobs.c.document_id == documents.c.id)
+        .where(ingest_jobs.c.document_id == documents.c.id, USER_JOBS)
         .order_by(ingest_jobs.c.created_at.desc(), ingest_jobs.c.generation.desc())
         .limit(1)
         .scalar_subquery()
@@ -119,6 +120,7 @@ class Documents:
             conn.execute(
                 select(ingest_jobs.c.id)
                 .where(ingest_jobs.c.document_id == document_id)
+                .order_by(ingest_jobs.c.parent_id.is_not(None), ingest_jobs.c.id)  # parents first
                 .with_for_update()
             ).all()
             self.index.delete_document(conn, document_id)
@@ -134,6 +136,7 @@ class Documents:
                 select(ingest_jobs.c.id).where(
                     ingest_jobs.c.document_id == document_id,
                     ingest_jobs.c.status.in_([s.value for s in OPEN]),
+                    USER_JOBS,
                 )
             )
             if open_job is not None:

@@ -1,5 +1,6 @@
 """Jobs as users see them: read, list, cancel, retry; scoped by tenant (through the job's
-dataset), so another tenant's job is "not found"."""
+dataset), so another tenant's job is "not found". The parts of a split job (jobs/parts.py) are
+the system's own: users see, cancel and retry the job they uploaded, which shows their progress."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ from knowledgeops.jobs.store import JobNotFound, JobStore
 from knowledgeops.service.datasets import owned_datasets
 from knowledgeops.service.views import JobView, Page
 
+USER_JOBS = ingest_jobs.c.parent_id.is_(None)  # not a part of a split job
+
 
 def job_select(tenant: str) -> Any:
     return (
         select(ingest_jobs, documents.c.file_name, documents.c.file_size)
         .join(documents, documents.c.id == ingest_jobs.c.document_id)
-        .where(ingest_jobs.c.dataset_id.in_(owned_datasets(tenant)))
+        .where(ingest_jobs.c.dataset_id.in_(owned_datasets(tenant)), USER_JOBS)
     )
 
 
@@ -50,7 +53,8 @@ class Jobs:
         limit: int,
     ) -> Page[JobView]:
         conditions: list[ColumnElement[bool]] = [
-            ingest_jobs.c.dataset_id.in_(owned_datasets(tenant))
+            ingest_jobs.c.dataset_id.in_(owned_datasets(tenant)),
+            USER_JOBS,
         ]
         if status is not None:
             conditions.append(ingest_jobs.c.status == status.value)
@@ -111,6 +115,7 @@ def _latest_and_alone(tx: Connection, job: Job) -> None:
             ingest_jobs.c.document_id == job.document_id,
             ingest_jobs.c.id != job.id,
             ingest_jobs.c.status.in_([s.value for s in OPEN]),
+            USER_JOBS,
         )
     )
     if other is not None:

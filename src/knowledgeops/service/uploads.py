@@ -28,7 +28,7 @@ from knowledgeops.jobs.states import JobStatus
 from knowledgeops.jobs.store import JobStore
 from knowledgeops.service.blob_refs import lock_blob
 from knowledgeops.service.datasets import Datasets
-from knowledgeops.service.jobs import Jobs
+from knowledgeops.service.jobs import USER_JOBS, Jobs
 from knowledgeops.service.views import Accepted
 
 MAX_NAME = 255
@@ -103,11 +103,13 @@ class Uploads:
 
     def check_backlog(self) -> None:
         """Backpressure: refuse new uploads (429) while too many jobs wait for a worker, before
-        a byte of the file is stored. Jobs being worked on do not count, only those waiting."""
+        a byte of the file is stored. Jobs being worked on do not count, only those waiting (a
+        split job's parts are one upload's work, counted while the job itself waited)."""
         with self.db.read() as conn:
             waiting = conn.scalar(
                 select(func.count()).where(
-                    ingest_jobs.c.status.in_([JobStatus.PENDING.value, JobStatus.RETRYING.value])
+                    ingest_jobs.c.status.in_([JobStatus.PENDING.value, JobStatus.RETRYING.value]),
+                    USER_JOBS,
                 )
             )
         if waiting is not None and waiting >= self.max_waiting_jobs:
@@ -271,7 +273,7 @@ class Uploads:
     def _latest_job(conn: Connection, document_id: str) -> tuple[str, str, JobStatus]:
         row = conn.execute(
             select(ingest_jobs.c.id, ingest_jobs.c.status)
-            .where(ingest_jobs.c.document_id == document_id)
+            .where(ingest_jobs.c.document_id == document_id, USER_JOBS)
             .order_by(ingest_jobs.c.created_at.desc(), ingest_jobs.c.generation.desc())
             .limit(1)
         ).one()

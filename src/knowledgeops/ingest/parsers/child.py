@@ -3,8 +3,10 @@
 It limits its own address space to MB MiB, then answers parse requests that arrive on the socket
 FD, streaming blocks back; it exits when the socket closes or its parent process goes away.
 Messages are JSON in both directions (never pickle: the worker must not run code a compromised
-parser sends it). Requests: {"path", "type", "limits"} and, to have the child clean and chunk
-too (ingest/prepare.py), "chunk": {"size", "overlap", "max_text_chars", "max_chunks"}; answers:
+parser sends it). Requests: {"op": "parse", "path", "type", "limits"} and, to have the child
+clean and chunk too (ingest/prepare.py), "chunk": {"size", "overlap", "max_text_chars",
+"max_chunks", "first_page", "last_page"} (a page range: one part of a split PDF); or
+{"op": "count", …}: a PDF's page count, answered as {"kind": "done", "pages"}. Answers:
 {"kind": "blocks", "blocks": [[text, page, section], …]} or {"kind": "drafts", "drafts":
 [[ordinal, text, tokens, page_start, page_end, section], …]}, then {"kind": "done", "pages"}, or
 {"kind": "error", "category", "code", "message"}, {"kind": "memory"}, {"kind": "oserror",
@@ -56,7 +58,7 @@ def serve(conn: Connection) -> None:
     from knowledgeops.errors import JobError
     from knowledgeops.ingest.parsers import limits as parse_limits
     from knowledgeops.ingest.parsers.limits import ParseLimits
-    from knowledgeops.ingest.parsers.registry import parse
+    from knowledgeops.ingest.parsers.registry import page_count, parse
 
     fields = {f.name for f in dataclasses.fields(ParseLimits)}
     _tokenizer()  # loaded before "ready": its load is no document's parse time
@@ -69,8 +71,15 @@ def serve(conn: Connection) -> None:
         limits = ParseLimits(**{k: v for k, v in request["limits"].items() if k in fields})
         try:
             with parse_limits.using(limits):
-                blocks = parse(Path(request["path"]), request["type"])
-                if request.get("chunk") is None:
+                path, content_type, chunk = Path(request["path"]), request["type"], request["chunk"]
+                if request.get("op") == "count":
+                    _send(conn, {"kind": "done", "pages": page_count(path, content_type)})
+                    continue
+                page_range = None
+                if chunk is not None and chunk.get("first_page") is not None:
+                    page_range = (int(chunk["first_page"]), int(chunk["last_page"]))
+                blocks = parse(path, content_type, page_range)
+                if chunk is None:
                     _send_blocks(conn, blocks)
                     pages = None
                 else:

@@ -157,11 +157,30 @@ class ParserProcess:
             guard.check(item)
             yield item
 
+    def page_count(self, path: Path, content_type: str, limits: ParseLimits) -> int | None:
+        """How many pages the file has (a PDF; None for other types), asked of the child: a
+        hostile PDF is opened there, never in the worker."""
+        answers = self._request(path, content_type, limits, None, op="count")
+        try:
+            next(answers)
+        except StopIteration as stop:
+            value = stop.value
+            if value is None or (type(value) is int and value >= 1):
+                return value
+        answers.close()  # anything else is a child not to be trusted further
+        raise _unexpected()
+
     def _request(
-        self, path: Path, content_type: str, limits: ParseLimits, spec: ChunkSpec | None
+        self,
+        path: Path,
+        content_type: str,
+        limits: ParseLimits,
+        spec: ChunkSpec | None,
+        op: str = "parse",
     ) -> Generator[Block | ChunkDraft, None, Any]:
         conn = self._start(limits.parse_memory_mb)
         request = {
+            "op": op,
             "path": str(path),
             "type": content_type,
             "limits": dataclasses.asdict(limits),
@@ -308,9 +327,9 @@ def _drafts(message: dict[str, Any]) -> Iterator[ChunkDraft]:
 
 class _DraftGuard:
     """What the worker checks itself of the drafts a child sends, whatever the child did:
-    ordinals 0, 1, 2, … without a gap, token counts within the chunk size, page ranges in order,
-    and the document limits (as `prepare` raises them inline: a child that ignores them is
-    stopped here)."""
+    ordinals 0, 1, 2, … without a gap, token counts within the chunk size, page ranges in order
+    (and within the pages asked for), and the document limits (as `prepare` raises them inline:
+    a child that ignores them is stopped here)."""
 
     def __init__(self, spec: ChunkSpec) -> None:
         self.spec = spec
@@ -324,6 +343,9 @@ class _DraftGuard:
             raise _unexpected()
         if draft.page_start is not None and draft.page_end is not None:
             if draft.page_start > draft.page_end:
+                raise _unexpected()
+            asked = spec.pages
+            if asked is not None and not asked[0] <= draft.page_start <= draft.page_end <= asked[1]:
                 raise _unexpected()
             self.last_page = max(self.last_page, draft.page_end)
         self.count += 1
@@ -365,6 +387,10 @@ class Parsing(Protocol):
 
     def parse(self, path: Path, content_type: str) -> Generator[Block, None, None]: ...
 
+    def page_count(self, path: Path, content_type: str) -> int | None:
+        """A PDF's page count (None for other types)."""
+        ...
+
     def chunks(
         self, path: Path, content_type: str, spec: ChunkSpec, tokenizer: Tokenizer
     ) -> Generator[ChunkDraft, None, int | None]: ...
@@ -397,6 +423,9 @@ class IsolatedParsing:
     def parse(self, path: Path, content_type: str) -> Generator[Block, None, None]:
         return self._mine().parse(path, content_type, self.limits)
 
+    def page_count(self, path: Path, content_type: str) -> int | None:
+        return self._mine().page_count(path, content_type, self.limits)
+
     def prestart(self) -> None:
         """Start the calling thread's parser process now (a worker at its start), so the first
         document does not wait for an interpreter and the tokenizer to load. Best effort: a
@@ -425,20 +454,29 @@ class InlineParsing:
     def __init__(self, limits: ParseLimits) -> None:
         self.limits = limits
 
-    def parse(self, path: Path, content_type: str) -> Generator[Block, None, None]:
+    def parse(
+        self, path: Path, content_type: str, pages: tuple[int, int] | None = None
+    ) -> Generator[Block, None, None]:
         from knowledgeops.ingest.parsers import limits as parse_limits
         from knowledgeops.ingest.parsers.registry import parse
 
         def blocks() -> Generator[Block, None, None]:
             with parse_limits.using(self.limits):
-                yield from parse(path, content_type)
+                yield from parse(path, content_type, pages)
 
         return blocks()
+
+    def page_count(self, path: Path, content_type: str) -> int | None:
+        from knowledgeops.ingest.parsers import limits as parse_limits
+        from knowledgeops.ingest.parsers.registry import page_count
+
+        with parse_limits.using(self.limits):
+            return page_count(path, content_type)
 
     def chunks(
         self, path: Path, content_type: str, spec: ChunkSpec, tokenizer: Tokenizer
     ) -> Generator[ChunkDraft, None, int | None]:
-        return prepare(self.parse(path, content_type), tokenizer, spec)
+        return prepare(self.parse(path, content_type, spec.pages), tokenizer, spec)
 
     def prestart(self) -> None:
         pass

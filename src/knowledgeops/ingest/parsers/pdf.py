@@ -112,36 +112,60 @@ def _page_text(pdf: Any, index: int) -> str:
     return text.translate(_PDFIUM_TEXT_FIXES)
 
 
+def _checked_count(pdf: Any) -> int:
+    page_count = len(pdf)
+    if page_count == 0:
+        raise PermanentError("The PDF has no pages.", code="corrupt_file")
+    most = current_limits().max_pdf_pages
+    if page_count > most:
+        raise UserActionRequired(
+            f"The PDF has {page_count:,} pages; this server accepts at most {most:,} "
+            "(KOPS_MAX_PDF_PAGES). Split it into parts and upload them one by one.",
+            code="too_many_pages",
+        )
+    return page_count
+
+
 class PdfParser:
     """PDF documents with a text layer."""
 
     content_type = ContentType.PDF
 
-    def parse(self, path: Path) -> Iterator[Block]:
+    def page_count(self, path: Path) -> int:
+        """The PDF's pages, after the same checks as `parse` (password, damage, page limit)."""
+        with PDFIUM_LOCK:
+            pdf = _open(path)
+            try:
+                return _checked_count(pdf)
+            finally:
+                pdf.close()
+
+    def parse(self, path: Path, pages: tuple[int, int] | None = None) -> Iterator[Block]:
+        """The pages' text, a block per page; `pages` (first, last; from 1) reads only those,
+        for one part of a document split by page range: such a range may have no text (the
+        document as a whole is checked when its parts are put together)."""
         with PDFIUM_LOCK:
             pdf = _open(path)
         try:
             with PDFIUM_LOCK:
-                page_count = len(pdf)
+                page_count = _checked_count(pdf)
                 outline = _read_outline(pdf)
-            if page_count == 0:
-                raise PermanentError("The PDF has no pages.", code="corrupt_file")
-            most = current_limits().max_pdf_pages
-            if page_count > most:
-                raise UserActionRequired(
-                    f"The PDF has {page_count:,} pages; this server accepts at most {most:,} "
-                    "(KOPS_MAX_PDF_PAGES). Split it into parts and upload them one by one.",
-                    code="too_many_pages",
+            first, last = pages if pages is not None else (1, page_count)
+            if not 1 <= first <= last <= page_count:
+                raise PermanentError(
+                    f"pages {first}-{last} are not in this {page_count}-page PDF; the file "
+                    "changed after it was split",
+                    code="corrupt_file",
                 )
             found_text = False
-            for index in range(page_count):
+            for index in range(first - 1, last):
                 with PDFIUM_LOCK:
                     text = _page_text(pdf, index)
                 if not text.strip():
                     continue
                 found_text = True
                 yield Block(text=text, page=index + 1, section=outline.section_for(index))
-            if not found_text:
+            if not found_text and pages is None:
                 raise PermanentError(NO_TEXT_MESSAGE, code="no_text_layer")
         finally:
             with PDFIUM_LOCK:

@@ -51,14 +51,36 @@ def _reason(exc: BaseException) -> str:
     return reason
 
 
-def parse(path: Path, content_type: str) -> Iterator[Block]:
-    """Parse a stored file lazily into blocks, with every failure classified as a `JobError`.
+def parse(path: Path, content_type: str, pages: tuple[int, int] | None = None) -> Iterator[Block]:
+    """Parse a stored file lazily into blocks, with every failure classified as a `JobError`;
+    `pages` (first, last) reads a page range of a PDF only.
 
     Raises `PermanentError(unsupported_type)` at once for an unknown content type. While iterating,
     failures are classified by `translate_errors`.
     """
     parser = parser_for(content_type)
-    return translate_errors(parser.parse(path), KIND_NAMES.get(content_type, content_type))
+    kind = KIND_NAMES.get(content_type, content_type)
+    if pages is None:
+        return translate_errors(parser.parse(path), kind)
+    if not isinstance(parser, PdfParser):
+        raise PermanentError(f"{kind} cannot be read by page range", code="unsupported_type")
+    return translate_errors(parser.parse(path, pages), kind)
+
+
+def page_count(path: Path, content_type: str) -> int | None:
+    """How many pages a PDF has (None for other types, whose pages are not known before they
+    are parsed), with failures classified as in `parse`."""
+    parser = parser_for(content_type)
+    if not isinstance(parser, PdfParser):
+        return None
+    try:
+        return parser.page_count(path)
+    except (JobError, OSError, MemoryError):
+        raise
+    except Exception as exc:
+        raise PermanentError(
+            f"The file could not be read as a PDF: {_reason(exc)}", code="corrupt_file"
+        ) from exc
 
 
 def translate_errors(blocks: Iterator[Block], kind: str) -> Iterator[Block]:
