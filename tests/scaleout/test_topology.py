@@ -19,7 +19,10 @@ from sqlalchemy import text
 from knowledgeops.db.engine import Database
 from knowledgeops.jobs.celery_dispatch import QUEUE, CeleryDispatcher, make_celery
 from knowledgeops.topology import LocalRedis, Topology
+from tests.conftest import wait_for
 from tests.e2e.corpus import long_text
+from tests.fixtures.documents import make_pdf
+from tests.integration.test_pdf_parts import page_text
 from tests.scaleout.conftest import write_corpus
 
 pytestmark = [pytest.mark.postgres, pytest.mark.scaleout, pytest.mark.model]
@@ -307,3 +310,67 @@ def test_a_job_over_the_time_limit_is_stopped_and_failed_with_the_reason(
             text("SELECT count(*) FROM chunks WHERE document_id = :d"), {"d": slow["documentId"]}
         ).scalar_one()
     assert left == 0
+
+
+def test_a_large_pdf_is_split_across_workers_and_outlives_one_of_them(
+    make_topology: Callable[..., Topology],
+    machine_redis: tuple[str, str],
+    pgvector_db: Database,
+    tmp_path: Path,
+) -> None:
+    """24 pages in parts of 3: the parts run on both workers; one worker is killed while it holds
+    a part, which the other runs again once its heartbeat is stale; one job, one generation."""
+    broker_url, cache_url = machine_redis
+    topology = make_topology(broker_url, cache_url, pdf_part_pages=3)
+    topology.migrate()
+    topology.start(workers=2, concurrency=1)
+    pdf = make_pdf(tmp_path / "manual.pdf", [page_text(n) for n in range(1, 25)])
+
+    def parts() -> list[Any]:
+        with pgvector_db.read() as conn:
+            return list(
+                conn.execute(
+                    text("SELECT id, status, attempt FROM ingest_jobs WHERE parent_id = :p"),
+                    {"p": job_id},
+                )
+            )
+
+    with topology.client(60) as client:
+        body, _ = upload(client, pdf)
+        job_id = body["jobId"]
+        wait_for(lambda: len(parts()) == 8, timeout=60, what="the job split into 8 parts")
+        part_ids = {row.id for row in parts()}
+        victim, survivor = topology.by_role("worker")
+        wait_for(
+            lambda: part_ids & set(STARTED_LINE.findall(victim.log())),
+            timeout=120,
+            what="the first worker at work on a part",
+        )
+        victim.kill()
+        log = victim.log()
+        held = (part_ids & set(STARTED_LINE.findall(log))) - set(COMPLETED_LINE.findall(log))
+        job = wait_terminal(client, [job_id], timeout=300)[job_id]
+        listed = client.get("/docs/jobs").json()["items"]
+
+    assert job["status"] == "completed", job
+    assert job["processedChunks"] == job["totalChunks"] > 0
+    assert job["attempt"] == 1
+    assert [item["id"] for item in listed] == [job_id]  # parts are not users' jobs
+    rows = parts()
+    assert {row.status for row in rows} == {"completed"}
+    rerun = {row.id for row in rows if row.attempt > 1}
+    assert held <= rerun  # what the dead worker held was run again, to completion
+    assert set(COMPLETED_LINE.findall(survivor.log())) & part_ids  # the other took parts too
+    with pgvector_db.read() as conn:
+        chunks, ordinals, generations = conn.execute(
+            text(
+                "SELECT count(*), count(DISTINCT ordinal), count(DISTINCT generation) "
+                "FROM chunks WHERE document_id = :d"
+            ),
+            {"d": job["documentId"]},
+        ).one()
+        active = conn.execute(
+            text("SELECT count(*) FILTER (WHERE active) FROM chunk_vectors_384")
+        ).scalar_one()
+    assert chunks == ordinals == active == job["totalChunks"]
+    assert generations == 1
