@@ -530,17 +530,33 @@ def bench_scaleout(
     workers: Annotated[
         str, typer.Option(help="Worker process counts to compare, comma-separated.")
     ] = "1,2",
+    split_pdf_pages: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Pages of the one large PDF then ingested alone, each worker held to one "
+            "model thread (its page-range parts spread over the workers); 0 = skip it.",
+        ),
+    ] = 600,
+    whole_corpus: Annotated[
+        bool, typer.Option(help="Ingest the whole corpus per worker count first.")
+    ] = True,
     out: OutOption = None,
 ) -> None:
     """Start the scale-out topology (own PostgreSQL + Redis) per worker count, upload the
-    corpus over HTTP, follow it to the end, and compare."""
+    corpus over HTTP, follow it to the end; then one large PDF alone; and compare."""
     import json
     from dataclasses import asdict
 
     from knowledgeops.bench import scaleout
 
     counts = _counts(workers, "--workers")
-    results = scaleout.run_scaleout(_corpus(corpus, source), worker_counts=counts)
+    results = scaleout.run_scaleout(
+        _corpus(corpus, source),
+        worker_counts=counts,
+        split_pdf_pages=split_pdf_pages,
+        whole_corpus=whole_corpus,
+    )
     console.print(escape(scaleout.render(results)), highlight=False, soft_wrap=True)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -46,6 +46,7 @@ TARGETS = {
     "speedup_vs_peer": (">=", 1.2),
     "ceiling_chunks_per_s": (">=", 1000.0),
     "accept_ms_p99_under_load": ("<=", 50.0),
+    "split_pdf_speedup_2_vs_1_workers": (">=", 1.8),
 }
 
 
@@ -247,12 +248,12 @@ def summarise(report: BenchReport) -> dict[str, Any]:
         summary["accept_ms_p99_under_load"] = report.accept["embedding load"].ms_p99
     if "no embedding load" in report.accept:
         summary["accept_ms_p99_no_load"] = report.accept["no embedding load"].ms_p99
-    scaleout = sorted(
-        (r for r in report.runs if r.name.startswith("scale-out")), key=lambda r: r.workers
-    )
-    if len(scaleout) > 1 and scaleout[0].chunks_per_s:
-        summary[f"scaleout_speedup_{scaleout[-1].workers}_vs_{scaleout[0].workers}_workers"] = (
-            round(scaleout[-1].chunks_per_s / scaleout[0].chunks_per_s, 2)
+    from knowledgeops.bench.scaleout import speedups
+
+    for label, (first, last) in speedups(report.runs).items():
+        key = "split_pdf" if label.startswith("split") else "scaleout"
+        summary[f"{key}_speedup_{last.workers}_vs_{first.workers}_workers"] = round(
+            last.chunks_per_s / first.chunks_per_s, 2
         )
     for name, (op, target) in TARGETS.items():
         if name in summary:
