@@ -126,7 +126,7 @@ class Settings(BaseSettings):
     )
     embed_batch_size: int = Field(32, ge=1, le=1024)
     pdf_part_pages: int = Field(
-        50,
+        25,
         ge=0,
         description="A PDF of more pages is split into parts of this many pages, which workers "
         "ingest in parallel: one job, one generation of one document. 0 = never split.",
