@@ -278,3 +278,23 @@ def test_a_pdf_within_the_part_size_is_not_split(
     rows = chunk_pages(runtime, job.document_id)
     assert [r.ordinal for r in rows] == list(range(len(rows)))
     assert finished.total_chunks == len(rows)
+
+
+def test_every_part_chunks_with_the_settings_the_job_split_with(
+    make_runtime: Callable[..., Embedded], tmp_path: Path
+) -> None:
+    """The dataset's chunk settings change while the parts wait: they still chunk alike, as the
+    job was when it split (a part retried later overwrites exactly what it wrote)."""
+    embedder = ThreadsSeen()
+    embedder.gate.clear()  # the model waits until the settings have changed
+    runtime = make_runtime(embedder=embedder, pdf_part_pages=PER_PART, chunk_size=64)
+    job = upload_file(runtime, big_pdf(tmp_path))
+    wait_for(lambda: len(parts_of(runtime, job.id)) == 3, what="the split")
+    runtime.datasets.update("default", job.dataset_id, {"chunk_size": 32, "chunk_overlap": 4})
+    embedder.gate.set()
+    done(runtime, job.id)
+    with runtime.db.read() as conn:
+        tokens = conn.scalars(
+            select(chunks.c.token_count).where(chunks.c.document_id == job.document_id)
+        ).all()
+    assert 32 < max(tokens) <= 64

@@ -142,7 +142,9 @@ class IngestJob(Timestamps, Base):
 class JobPart(Base):
     """The pages one part job of a split PDF ingests (the ingest pipeline's own record of the
     split; the jobs core knows only that the part has a parent). Its chunks take ordinals from
-    `ordinal_base` on, so every part's chunk ids are stable and distinct within the generation."""
+    `ordinal_base` on, so every part's chunk ids are stable and distinct within the generation.
+    The chunk settings are the dataset's when the job split: every part of one generation, and
+    every attempt of a part, chunks alike (a retry overwrites exactly what it wrote before)."""
 
     __tablename__ = "job_parts"
 
@@ -153,6 +155,8 @@ class JobPart(Base):
     first_page: Mapped[int] = mapped_column(Integer)
     last_page: Mapped[int] = mapped_column(Integer)
     ordinal_base: Mapped[int] = mapped_column(Integer)
+    chunk_size: Mapped[int] = mapped_column(Integer)
+    chunk_overlap: Mapped[int] = mapped_column(Integer)
 
 
 class JobEvent(Base):

@@ -14,6 +14,7 @@ the generation searchable, all at once. Chunks do not span two parts.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
@@ -58,6 +59,8 @@ class _Part:
     first_page: int
     last_page: int
     ordinal_base: int
+    chunk_size: int
+    chunk_overlap: int
 
 
 def page_ranges(pages: int, per_part: int) -> list[tuple[int, int]]:
@@ -163,6 +166,8 @@ class IngestPipeline:
                         "first_page": first,
                         "last_page": last,
                         "ordinal_base": n * stride,
+                        "chunk_size": source.chunk_size,
+                        "chunk_overlap": source.chunk_overlap,
                     }
                     for n, (part_id, (first, last)) in enumerate(zip(ids, ranges, strict=True))
                 ],
@@ -178,10 +183,15 @@ class IngestPipeline:
     def _run_part(self, ctx: JobContext) -> None:
         """One page range of a split PDF: its chunks go into the job's generation, from the
         part's ordinal base. A range without text is no error (the document as a whole is
-        checked when it completes: DocumentLifecycle)."""
+        checked when it completes: DocumentLifecycle). It chunks with the settings the job had
+        when it split, so its parts agree and a retry overwrites exactly its earlier rows."""
         ctx.report(stage=Stage.PARSING)
         part = self._part(ctx.job.id)
-        source = self._source(ctx.job.document_id)
+        source = dataclasses.replace(
+            self._source(ctx.job.document_id),
+            chunk_size=part.chunk_size,
+            chunk_overlap=part.chunk_overlap,
+        )
         path = self._stored(source)
         spec = self._spec(source, part)
         stream = ChunkStream(self.parsing.chunks(path, source.content_type, spec, self.tokenizer))
@@ -193,7 +203,11 @@ class IngestPipeline:
         with self.db.read() as conn:
             row = conn.execute(
                 select(
-                    job_parts.c.first_page, job_parts.c.last_page, job_parts.c.ordinal_base
+                    job_parts.c.first_page,
+                    job_parts.c.last_page,
+                    job_parts.c.ordinal_base,
+                    job_parts.c.chunk_size,
+                    job_parts.c.chunk_overlap,
                 ).where(job_parts.c.job_id == job_id)
             ).first()
         if row is None:

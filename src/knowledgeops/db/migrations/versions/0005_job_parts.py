@@ -36,6 +36,8 @@ def upgrade() -> None:
         sa.Column("first_page", sa.Integer(), nullable=False),
         sa.Column("last_page", sa.Integer(), nullable=False),
         sa.Column("ordinal_base", sa.Integer(), nullable=False),
+        sa.Column("chunk_size", sa.Integer(), nullable=False),
+        sa.Column("chunk_overlap", sa.Integer(), nullable=False),
         sa.ForeignKeyConstraint(
             ["job_id"],
             ["ingest_jobs.id"],
