@@ -89,7 +89,7 @@ def test_a_zip_bomb_is_refused_unopened(client: TestClient, tmp_path: Path) -> N
 def test_a_parse_that_takes_too_long_is_stopped_and_the_worker_goes_on(
     make_client: Callable[..., TestClient], tmp_path: Path
 ) -> None:
-    client = make_client(parse_timeout_s=0.05, workers=1)
+    client = make_client(parse_timeout_s=0.05, workers=1, pdf_part_pages=0)  # one parse
     pages = [f"Page {n}: harbours and tides and lighthouses. " * 40 for n in range(400)]
     job = failed(client, make_pdf(tmp_path / "slow.pdf", pages))
     assert job["errorCode"] == "parse_timeout"
