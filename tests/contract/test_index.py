@@ -47,14 +47,16 @@ class Harness:
         with self.db.write() as conn:
             return insert_document(conn, dataset_id)
 
-    def write(self, dataset_id: str, document_id: str, generation: int, texts: list[str]) -> None:
+    def write(
+        self, dataset_id: str, document_id: str, generation: int, texts: list[str], base: int = 0
+    ) -> None:
         chunks = [
             IndexedChunk(
-                id=chunk_id(document_id, generation, n),
+                id=chunk_id(document_id, generation, base + n),
                 document_id=document_id,
                 dataset_id=dataset_id,
                 generation=generation,
-                ordinal=n,
+                ordinal=base + n,
                 text=text,
                 content_hash=text_hash(text),
                 token_count=len(text.split()),
@@ -163,6 +165,24 @@ def test_discarding_a_generation_keeps_the_active_one(harness: Harness) -> None:
     assert harness.texts(ds, "cargo", "keyword") == [DOC[2]]
     assert harness.texts(ds, "macros", "keyword") == []
     assert harness.activate(doc, 1) == 3
+
+
+def test_discarding_a_range_of_ordinals_keeps_the_rest_of_the_generation(
+    harness: Harness,
+) -> None:
+    ds = harness.dataset()
+    doc = harness.document(ds)
+    harness.write(ds, doc, 1, DOC)  # ordinals 0..2: one part of a split job
+    harness.write(ds, doc, 1, ["tokio runtimes", "macro hygiene"], base=100)  # another part
+    with harness.tx() as tx:
+        harness.index.discard(tx, doc, 1, (100, 200))
+    assert harness.activate(doc, 1) == 3
+    assert harness.texts(ds, "macro", "keyword") == []
+    with harness.tx() as tx:
+        harness.index.discard(tx, doc, 1, (1, 2))
+    assert harness.activate(doc, 1) == 2
+    assert harness.texts(ds, "borrowing", "keyword") == []
+    assert harness.texts(ds, "cargo", "keyword") == [DOC[2]]
 
 
 def test_deleting_a_document_removes_it_from_search_at_once(harness: Harness) -> None:

@@ -16,6 +16,8 @@ from sqlalchemy import select
 from knowledgeops.db.schema import chunks, ingest_jobs, job_parts
 from knowledgeops.errors import NotFound, PermanentError
 from knowledgeops.ingest.embedders.base import Vectors
+from knowledgeops.ingest.embedders.hashing import HashingEmbedder
+from knowledgeops.ingest.index.base import IndexedChunk, chunk_id
 from knowledgeops.ingest.pipeline import page_ranges
 from knowledgeops.jobs.runner import Outcome
 from knowledgeops.runtime import Embedded
@@ -298,3 +300,52 @@ def test_every_part_chunks_with_the_settings_the_job_split_with(
             select(chunks.c.token_count).where(chunks.c.document_id == job.document_id)
         ).all()
     assert 32 < max(tokens) <= 64
+
+
+def test_the_chunk_limit_counts_the_chunks_of_all_parts(
+    make_runtime: Callable[..., Embedded], tmp_path: Path
+) -> None:
+    """Each part stays under KOPS_MAX_CHUNKS_PER_DOCUMENT; together they pass it: the document
+    fails as a whole document over the limit does, and nothing of it is left."""
+    runtime = make_runtime(pdf_part_pages=2, max_chunks_per_document=10)
+    job = upload_file(runtime, big_pdf(tmp_path))
+    failed = done(runtime, job.id, ("failed",))
+    assert (failed.error_code, failed.error_category) == ("too_many_chunks", "user_action_required")
+    assert failed.error is not None
+    assert "KOPS_MAX_CHUNKS_PER_DOCUMENT" in failed.error
+    assert index_rows(runtime) == (0, 0, 0)
+    assert len(parts_of(runtime, job.id)) == 6
+
+
+def test_a_part_drops_what_an_earlier_attempt_of_it_wrote(
+    make_runtime: Callable[..., Embedded], tmp_path: Path
+) -> None:
+    """A row left in a part's ordinal range (an earlier attempt that chunked differently) is
+    gone once the part has run: the generation holds exactly what the parts wrote."""
+    embedder = ThreadsSeen()
+    embedder.gate.clear()
+    runtime = make_runtime(embedder=embedder, workers=1, pdf_part_pages=PER_PART)
+    job = upload_file(runtime, big_pdf(tmp_path))
+    wait_for(lambda: len(parts_of(runtime, job.id)) == 3, what="the split")
+    last = parts_of(runtime, job.id)[2]
+    stray = IndexedChunk(
+        id=chunk_id(job.document_id, 1, last.ordinal_base + 7),
+        document_id=job.document_id,
+        dataset_id=job.dataset_id,
+        generation=1,
+        ordinal=last.ordinal_base + 7,
+        text="a chunk an earlier attempt wrote",
+        content_hash="0" * 64,
+        token_count=6,
+        page_start=9,
+        page_end=9,
+        section=None,
+        vector=HashingEmbedder().embed(["a chunk an earlier attempt wrote"])[0],
+    )
+    with runtime.db.write() as conn:
+        runtime.index.upsert(conn, [stray])
+    embedder.gate.set()
+    finished = done(runtime, job.id)
+    rows = chunk_pages(runtime, job.document_id)
+    assert "a chunk an earlier attempt wrote" not in [r.text for r in rows]
+    assert finished.total_chunks == len(rows)

@@ -155,6 +155,7 @@ class JobPart(Base):
     first_page: Mapped[int] = mapped_column(Integer)
     last_page: Mapped[int] = mapped_column(Integer)
     ordinal_base: Mapped[int] = mapped_column(Integer)
+    max_chunks: Mapped[int] = mapped_column(Integer)  # its ordinals: [base, base + max_chunks)
     chunk_size: Mapped[int] = mapped_column(Integer)
     chunk_overlap: Mapped[int] = mapped_column(Integer)
 

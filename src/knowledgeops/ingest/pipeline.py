@@ -21,12 +21,12 @@ from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select, update
 
 from knowledgeops.blobs import LocalBlobStore
 from knowledgeops.db.engine import Database
-from knowledgeops.db.schema import datasets, documents, job_parts
-from knowledgeops.errors import PermanentError
+from knowledgeops.db.schema import datasets, documents, ingest_jobs, job_parts
+from knowledgeops.errors import PermanentError, UserActionRequired
 from knowledgeops.ingest.chunker import ChunkDraft, Tokenizer
 from knowledgeops.ingest.embedders.base import Embedder
 from knowledgeops.ingest.embedders.cache import CachedEmbedder
@@ -59,6 +59,7 @@ class _Part:
     first_page: int
     last_page: int
     ordinal_base: int
+    max_chunks: int
     chunk_size: int
     chunk_overlap: int
 
@@ -130,7 +131,7 @@ class IngestPipeline:
             size=source.chunk_size,
             overlap=source.chunk_overlap,
             max_text_chars=self.limits.max_text_chars,
-            max_chunks=self.limits.max_chunks,
+            max_chunks=self.limits.max_chunks if part is None else part.max_chunks,
             first_page=None if part is None else part.first_page,
             last_page=None if part is None else part.last_page,
         )
@@ -166,6 +167,7 @@ class IngestPipeline:
                         "first_page": first,
                         "last_page": last,
                         "ordinal_base": n * stride,
+                        "max_chunks": stride,
                         "chunk_size": source.chunk_size,
                         "chunk_overlap": source.chunk_overlap,
                     }
@@ -184,9 +186,15 @@ class IngestPipeline:
         """One page range of a split PDF: its chunks go into the job's generation, from the
         part's ordinal base. A range without text is no error (the document as a whole is
         checked when it completes: DocumentLifecycle). It chunks with the settings the job had
-        when it split, so its parts agree and a retry overwrites exactly its earlier rows."""
-        ctx.report(stage=Stage.PARSING)
+        when it split, so its parts agree; whatever an earlier attempt of it wrote is dropped
+        first; and the document's chunk limit counts the chunks of all its parts."""
         part = self._part(ctx.job.id)
+        job = ctx.job
+        ordinals = (part.ordinal_base, part.ordinal_base + part.max_chunks)
+        ctx.report(
+            stage=Stage.PARSING,
+            work=lambda tx: self.index.discard(tx, job.document_id, job.generation, ordinals),
+        )
         source = dataclasses.replace(
             self._source(ctx.job.document_id),
             chunk_size=part.chunk_size,
@@ -206,6 +214,7 @@ class IngestPipeline:
                     job_parts.c.first_page,
                     job_parts.c.last_page,
                     job_parts.c.ordinal_base,
+                    job_parts.c.max_chunks,
                     job_parts.c.chunk_size,
                     job_parts.c.chunk_overlap,
                 ).where(job_parts.c.job_id == job_id)
@@ -284,11 +293,15 @@ class IngestPipeline:
             counts.embedded += fresh
             rows = [self._indexed(ctx, d, v, base) for d, v in zip(batch, vectors, strict=True)]
             counts.processed += len(batch)
-            ctx.report(processed=counts.processed, work=self._writer(rows))
+            ctx.report(processed=counts.processed, work=self._writer(rows, ctx.job.parent_id))
 
-    def _writer(self, rows: list[IndexedChunk]) -> Callable[[Any], None]:
+    def _writer(self, rows: list[IndexedChunk], parent_id: str | None) -> Callable[[Any], None]:
+        most = self.limits.max_chunks
+
         def write(tx: Any) -> None:
             self.index.upsert(tx, rows)
+            if parent_id is not None:  # a part: the limit is the whole document's
+                _check_document_chunks(tx, parent_id, most)
 
         return write
 
@@ -325,6 +338,21 @@ class IngestPipeline:
 class _Counts:
     processed: int = 0  # chunks written
     embedded: int = 0  # texts the model was given (the rest came from the cache)
+
+
+def _check_document_chunks(tx: Any, parent_id: str, most: int) -> None:
+    """Refuse a split document whose parts have written more than `most` chunks in all
+    (KOPS_MAX_CHUNKS_PER_DOCUMENT). The parts' counts are exact here: a part's report takes its
+    job's row lock before it writes its own count (JobStore.report), this one's included."""
+    written = tx.scalar(
+        select(func.sum(ingest_jobs.c.processed_chunks)).where(ingest_jobs.c.parent_id == parent_id)
+    )
+    if written is not None and written > most:
+        raise UserActionRequired(
+            f"The document makes more than {most:,} chunks (KOPS_MAX_CHUNKS_PER_DOCUMENT). "
+            "Split it into smaller documents.",
+            code="too_many_chunks",
+        )
 
 
 def _announce(drafts: Iterable[ChunkDraft], ctx: JobContext) -> Iterator[ChunkDraft]:

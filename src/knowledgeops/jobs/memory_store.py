@@ -132,7 +132,7 @@ class MemoryJobStore:
         )
 
     def _cancel_parts(self, parent_id: str, now: datetime) -> None:
-        for part in self._parts(parent_id):
+        for part in sorted(self._parts(parent_id), key=lambda p: p.id):
             if part.status in OPEN:
                 self._move(part, Event.CANCEL, now, **_cancel_values(now))
 
@@ -254,8 +254,8 @@ class MemoryJobStore:
                 total_chunks=total if total is not None else job.total_chunks,
                 processed_chunks=processed if processed is not None else job.processed_chunks,
             )
-            if job.parent_id is not None:
-                self._refresh_parent(job.parent_id, now)
+            if lease.parent_id is not None:
+                self._refresh_parent(lease.parent_id, now)
 
     def heartbeat(self, leases: Sequence[Lease], *, now: datetime) -> list[Lease]:
         lost = []

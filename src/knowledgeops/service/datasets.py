@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from knowledgeops.blobs import LocalBlobStore
 from knowledgeops.db.engine import Database
-from knowledgeops.db.schema import datasets, documents, utcnow
+from knowledgeops.db.schema import datasets, documents, ingest_jobs, utcnow
 from knowledgeops.errors import Conflict, InvalidRequest, NotFound
 from knowledgeops.ingest.index.base import ChunkIndex
 from knowledgeops.service.blob_refs import unlink_unreferenced
@@ -222,6 +222,14 @@ class Datasets:
                 )
             keys = conn.scalars(
                 select(documents.c.blob_key).where(documents.c.dataset_id == dataset_id)
+            ).all()
+            # its jobs first, parents before parts (the order every job writer takes them), so
+            # that the cascade below never waits on a worker that waits on it (PostgreSQL)
+            conn.execute(
+                select(ingest_jobs.c.id)
+                .where(ingest_jobs.c.dataset_id == dataset_id)
+                .order_by(ingest_jobs.c.parent_id.is_not(None), ingest_jobs.c.id)
+                .with_for_update()
             ).all()
             self.index.delete_dataset(conn, dataset_id)
             conn.execute(

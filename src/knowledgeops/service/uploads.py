@@ -103,13 +103,12 @@ class Uploads:
 
     def check_backlog(self) -> None:
         """Backpressure: refuse new uploads (429) while too many jobs wait for a worker, before
-        a byte of the file is stored. Jobs being worked on do not count, only those waiting (a
-        split job's parts are one upload's work, counted while the job itself waited)."""
+        a byte of the file is stored. Jobs being worked on do not count, only those waiting;
+        the waiting parts of a split PDF count each (they are the work the workers face)."""
         with self.db.read() as conn:
             waiting = conn.scalar(
                 select(func.count()).where(
-                    ingest_jobs.c.status.in_([JobStatus.PENDING.value, JobStatus.RETRYING.value]),
-                    USER_JOBS,
+                    ingest_jobs.c.status.in_([JobStatus.PENDING.value, JobStatus.RETRYING.value])
                 )
             )
         if waiting is not None and waiting >= self.max_waiting_jobs:

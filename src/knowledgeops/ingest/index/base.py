@@ -74,8 +74,12 @@ class ChunkIndex(Protocol):
         """Make `generation` the document's searchable one, drop all others; returns its size."""
         ...
 
-    def discard(self, tx: Tx, document_id: str, generation: int) -> None:
-        """Drop a generation that will never be activated (its job failed or was cancelled)."""
+    def discard(
+        self, tx: Tx, document_id: str, generation: int, ordinals: tuple[int, int] | None = None
+    ) -> None:
+        """Drop a generation that will never be activated (its job failed or was cancelled);
+        with `ordinals` (first, end), only its chunks in that range (what an earlier attempt of
+        one part of a split job wrote)."""
         ...
 
     def delete_document(self, tx: Tx, document_id: str) -> None: ...

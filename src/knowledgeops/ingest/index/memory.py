@@ -42,9 +42,18 @@ class MemoryIndex:
                 if c.document_id == document_id and c.generation == generation
             )
 
-    def discard(self, tx: Any, document_id: str, generation: int) -> None:
+    def discard(
+        self, tx: Any, document_id: str, generation: int, ordinals: tuple[int, int] | None = None
+    ) -> None:
+        first, end = ordinals if ordinals is not None else (0, 2**31)
         with self._lock:
-            self._drop(lambda c: c.document_id == document_id and c.generation == generation)
+            self._drop(
+                lambda c: (
+                    c.document_id == document_id
+                    and c.generation == generation
+                    and first <= c.ordinal < end
+                )
+            )
 
     def delete_document(self, tx: Any, document_id: str) -> None:
         with self._lock:

@@ -183,10 +183,16 @@ class PgVectorIndex:
         )
         return int(live)
 
-    def discard(self, tx: Any, document_id: str, generation: int) -> None:
+    def discard(
+        self, tx: Any, document_id: str, generation: int, ordinals: tuple[int, int] | None = None
+    ) -> None:
+        first, end = ordinals if ordinals is not None else (0, 2**31)
         tx.execute(
-            text("DELETE FROM chunks WHERE document_id = :document AND generation = :generation"),
-            {"document": document_id, "generation": generation},
+            text(
+                "DELETE FROM chunks WHERE document_id = :document AND generation = :generation "
+                "AND ordinal >= :first AND ordinal < :end"
+            ),
+            {"document": document_id, "generation": generation, "first": first, "end": end},
         )
 
     def delete_document(self, tx: Any, document_id: str) -> None:

@@ -110,8 +110,17 @@ class SqliteIndex:
         )
         return len(live)
 
-    def discard(self, tx: Any, document_id: str, generation: int) -> None:
-        self._delete(tx, "document_id = ? AND generation = ?", (document_id, generation))
+    def discard(
+        self, tx: Any, document_id: str, generation: int, ordinals: tuple[int, int] | None = None
+    ) -> None:
+        if ordinals is None:
+            self._delete(tx, "document_id = ? AND generation = ?", (document_id, generation))
+            return
+        self._delete(
+            tx,
+            "document_id = ? AND generation = ? AND ordinal >= ? AND ordinal < ?",
+            (document_id, generation, *ordinals),
+        )
 
     def delete_document(self, tx: Any, document_id: str) -> None:
         self._delete(tx, "document_id = ?", (document_id,))

@@ -36,6 +36,7 @@ def upgrade() -> None:
         sa.Column("first_page", sa.Integer(), nullable=False),
         sa.Column("last_page", sa.Integer(), nullable=False),
         sa.Column("ordinal_base", sa.Integer(), nullable=False),
+        sa.Column("max_chunks", sa.Integer(), nullable=False),
         sa.Column("chunk_size", sa.Integer(), nullable=False),
         sa.Column("chunk_overlap", sa.Integer(), nullable=False),
         sa.ForeignKeyConstraint(
