@@ -118,6 +118,23 @@ def test_page_ranges_cover_every_page_once() -> None:
     assert page_ranges(12, 4) == [(1, 4), (5, 8), (9, 12)]
     assert page_ranges(10, 4) == [(1, 4), (5, 8), (9, 10)]
     assert page_ranges(5, 50) == [(1, 5)]
+    # many parts: the last part's pages in quarters, so the workers finish together
+    assert page_ranges(24, 3) == [
+        *[(n, n + 2) for n in range(1, 22, 3)],
+        (22, 22),
+        (23, 23),
+        (24, 24),
+    ]
+    ranges = page_ranges(600, 25)
+    assert ranges[:23] == [(n, n + 24) for n in range(1, 576, 25)]
+    assert ranges[23:] == [(576, 582), (583, 588), (589, 594), (595, 600)]
+    for pages in range(1, 400, 7):
+        for per_part in (1, 2, 3, 25, 50):
+            found = page_ranges(pages, per_part)
+            assert [p for first, last in found for p in range(first, last + 1)] == list(
+                range(1, pages + 1)
+            )
+            assert all(last - first + 1 <= per_part for first, last in found)
 
 
 def test_a_split_pdf_becomes_one_generation_of_one_document(

@@ -64,9 +64,30 @@ class _Part:
     chunk_overlap: int
 
 
+TAPER_FROM = 8  # parts: a document of this many ends in smaller parts
+TAPER_PARTS = 4  # … its last `per_part` pages cut into this many
+
+
 def page_ranges(pages: int, per_part: int) -> list[tuple[int, int]]:
-    """Pages 1..`pages` in ranges of `per_part` (the last one may be shorter)."""
-    return [(first, min(first + per_part - 1, pages)) for first in range(1, pages + 1, per_part)]
+    """Pages 1..`pages` in ranges of `per_part`. A document of many parts ends in smaller ones
+    (its last `per_part` pages in quarters), so that the workers finish together instead of one
+    of them working through a whole last part alone while the others wait."""
+    full_until = pages
+    if pages >= TAPER_FROM * per_part:
+        full_until = pages - per_part
+    ranges = [
+        (first, min(first + per_part - 1, full_until))
+        for first in range(1, full_until + 1, per_part)
+    ]
+    tail = pages - full_until
+    if tail:
+        count = min(TAPER_PARTS, tail)
+        first = full_until + 1
+        for n in range(count):
+            size = tail // count + (1 if n < tail % count else 0)
+            ranges.append((first, first + size - 1))
+            first += size
+    return ranges
 
 
 class IngestPipeline:
