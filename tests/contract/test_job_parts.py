@@ -87,8 +87,12 @@ def test_parent_shows_the_parts_summed_progress(harness: Harness) -> None:
     harness.store.report(first, now=at(3), stage=Stage.EMBEDDING, total=10, processed=4)
     harness.store.report(second, now=at(4), stage=Stage.CHUNKING)
     parent = got(harness, job.id)
-    # one part still queued, so the stage is the least advanced one at work (floored at parsing)
-    assert (parent.stage, parent.total_chunks, parent.processed_chunks) == (Stage.PARSING, None, 4)
+    # a part is embedding: so is the job, whatever its other parts are at (one still queued)
+    assert (parent.stage, parent.total_chunks, parent.processed_chunks) == (
+        Stage.EMBEDDING,
+        None,
+        4,
+    )
     assert parent.heartbeat_at == at(4)
     third = claim(harness, ids[2], "w3", 5)
     harness.store.report(third, now=at(6), stage=Stage.EMBEDDING, total=5, processed=5)

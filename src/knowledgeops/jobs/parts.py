@@ -2,8 +2,10 @@
 
 A running job may hand its work to part jobs (`JobStore.split`); it then stays running, held by
 no worker, and shows its parts' progress added up: processed chunks summed, the total once every
-part knows its own, and the stage of the least advanced part still at work (from parsing on: the
-job itself got that far before it split). Its last part to complete completes it; a part that
+part knows its own, and a stage that says where the work is: embedding as soon as any part's
+chunks are being embedded (or a part is done), indexing once every part still at work is past
+embedding, before that the furthest of parsing or chunking a part has reached (from parsing on:
+the job itself got that far before it split). Its last part to complete completes it; a part that
 fails for good fails it, with the part's error, and the other parts are cancelled; cancelling
 the job, or one of its parts, cancels them all.
 """
@@ -40,8 +42,13 @@ def summed(parts: Iterable[PartState]) -> Summed:
     totals = [part.total_chunks for part in parts]
     total = None if any(t is None for t in totals) else sum(t for t in totals if t is not None)
     at_work = [_ORDER.index(p.stage) for p in parts if p.status is not JobStatus.COMPLETED]
-    least = min(at_work) if at_work else _ORDER.index(Stage.INDEXING)
-    stage = _ORDER[max(least, _ORDER.index(Stage.PARSING))]
+    embedding, indexing = _ORDER.index(Stage.EMBEDDING), _ORDER.index(Stage.INDEXING)
+    if not at_work or min(at_work) >= indexing:
+        return Summed(Stage.INDEXING, total, processed)
+    furthest = max(at_work)
+    if len(at_work) < len(parts):  # a part is done: its chunks were embedded
+        furthest = max(furthest, embedding)
+    stage = _ORDER[max(min(furthest, embedding), _ORDER.index(Stage.PARSING))]
     return Summed(stage, total, processed)
 
 
