@@ -26,6 +26,7 @@ from knowledgeops.jobs.store import (
     Tx,
     Work,
 )
+from knowledgeops.jobs.values import cancel_values, completed_values, failure_values
 
 
 @dataclass
@@ -91,11 +92,11 @@ class MemoryJobStore:
                 part.error_category or "permanent",
                 part.retryable,
             )
-            self._move(parent, Event.FAIL, now, **_failure_values(failure, now, None))
+            self._move(parent, Event.FAIL, now, **failure_values(failure, now, None))
             self.events.append(failure_event(parent, failure, now, None))
             return
         if part.status is JobStatus.CANCELLED:
-            self._move(parent, Event.CANCEL, now, **_cancel_values(now))
+            self._move(parent, Event.CANCEL, now, **cancel_values(now))
             self.events.append(outcome_event(parent, "cancelled", now))
             return
         parts = self._parts(parent.id)
@@ -108,7 +109,7 @@ class MemoryJobStore:
                 total_chunks=written,
                 processed_chunks=written,
                 heartbeat_at=now,
-                **_completed_values(now),
+                **completed_values(now),
             )
             self.events.append(outcome_event(parent, "completed", now))
             return
@@ -134,7 +135,7 @@ class MemoryJobStore:
     def _cancel_parts(self, parent_id: str, now: datetime) -> None:
         for part in sorted(self._parts(parent_id), key=lambda p: p.id):
             if part.status in OPEN:
-                self._move(part, Event.CANCEL, now, **_cancel_values(now))
+                self._move(part, Event.CANCEL, now, **cancel_values(now))
 
     def _waiting_on_parts(self, job: Job) -> bool:
         return any(p.status in OPEN for p in self._parts(job.id))
@@ -272,7 +273,7 @@ class MemoryJobStore:
     def complete(self, lease: Lease, *, now: datetime) -> Job:
         with self._lock:
             job = self._held(lease)
-            moved = self._move(job, Event.COMPLETE, now, **_completed_values(now))
+            moved = self._move(job, Event.COMPLETE, now, **completed_values(now))
             self._record(
                 job,
                 [
@@ -291,7 +292,7 @@ class MemoryJobStore:
 
     def _fail(self, job: Job, failure: Failure, now: datetime, retry_at: datetime | None) -> Job:
         event = Event.FAIL if retry_at is None else Event.RETRY_LATER
-        moved = self._move(job, event, now, **_failure_values(failure, now, retry_at))
+        moved = self._move(job, event, now, **failure_values(failure, now, retry_at))
         self._record(job, [failure_event(job, failure, now, retry_at)])
         if retry_at is not None:
             self._add_outbox(job.id, now, retry_at)
@@ -367,7 +368,7 @@ class MemoryJobStore:
     def cancel(self, job_id: str, *, now: datetime) -> Job:
         with self._lock:
             job = self._existing(job_id)
-            moved = self._move(job, Event.CANCEL, now, **_cancel_values(now))
+            moved = self._move(job, Event.CANCEL, now, **cancel_values(now))
             self._record(job, [outcome_event(job, "cancelled", now)])
             return moved
 
@@ -526,39 +527,3 @@ class MemoryJobStore:
                 return 0, 0.0
             oldest = min(r.available_at for r in due)
             return len(due), max(0.0, (now - oldest).total_seconds())
-
-
-def _completed_values(now: datetime) -> dict[str, Any]:
-    return {
-        "stage": Stage.DONE,
-        "finished_at": now,
-        "lease_owner": None,
-        "error": None,
-        "error_code": None,
-        "error_category": None,
-        "retryable": False,
-    }
-
-
-def _cancel_values(now: datetime) -> dict[str, Any]:
-    return {
-        "finished_at": now,
-        "lease_owner": None,
-        "run_after": None,
-        "error": "cancelled on request",
-        "error_code": "cancelled",
-        "error_category": None,
-        "retryable": True,
-    }
-
-
-def _failure_values(failure: Failure, now: datetime, retry_at: datetime | None) -> dict[str, Any]:
-    return {
-        "error": failure.message,
-        "error_code": failure.code,
-        "error_category": failure.category,
-        "retryable": failure.retryable,
-        "lease_owner": None,
-        "run_after": retry_at,
-        "finished_at": None if retry_at is not None else now,
-    }

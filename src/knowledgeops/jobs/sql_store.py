@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from enum import Enum
 from typing import Any
 
 from sqlalchemy import Connection, Row, and_, delete, exists, func, insert, or_, select, update
@@ -33,6 +34,7 @@ from knowledgeops.jobs.store import (
     Tx,
     Work,
 )
+from knowledgeops.jobs.values import cancel_values, completed_values, failure_values
 
 CAS_TRIES = 5
 _OPEN = [status.value for status in OPEN]
@@ -111,8 +113,9 @@ class SqlJobStore:
             stmt = stmt.where(J.c.lease_owner == lease.owner, J.c.attempt == lease.attempt)
         if also is not None:
             stmt = stmt.where(also)
+        plain = {k: v.value if isinstance(v, Enum) else v for k, v in values.items()}
         result = conn.execute(
-            stmt.values(status=new_status.value, version=J.c.version + 1, updated_at=now, **values)
+            stmt.values(status=new_status.value, version=J.c.version + 1, updated_at=now, **plain)
         )
         if result.rowcount != 1:
             return False
@@ -143,17 +146,17 @@ class SqlJobStore:
                 failed.error_category or "permanent",
                 failed.retryable,
             )
-            if self._cas(conn, parent, Event.FAIL, now, _failure_values(failure, now, None)):
+            if self._cas(conn, parent, Event.FAIL, now, failure_values(failure, now, None)):
                 self._events(conn, [failure_event(parent, failure, now, None)])
             return
         if new_status is JobStatus.CANCELLED:
-            if self._cas(conn, parent, Event.CANCEL, now, _cancel_values(now)):
+            if self._cas(conn, parent, Event.CANCEL, now, cancel_values(now)):
                 self._events(conn, [outcome_event(parent, "cancelled", now)])
             return
         if new_status is JobStatus.COMPLETED and self._all_completed(conn, parent_id):
             written = self._sum_processed(conn, parent_id)
             values = {
-                **_completed_values(now),
+                **completed_values(now),
                 "total_chunks": written,
                 "processed_chunks": written,
                 "heartbeat_at": now,
@@ -212,7 +215,7 @@ class SqlJobStore:
         for part_id in ids:
             part = self._load(conn, part_id)
             if part is not None and part.status in OPEN:
-                self._cas(conn, part, Event.CANCEL, now, _cancel_values(now))
+                self._cas(conn, part, Event.CANCEL, now, cancel_values(now))
 
     def _transition(
         self,
@@ -379,7 +382,7 @@ class SqlJobStore:
             lease.job_id,
             Event.COMPLETE,
             now,
-            lambda job: _completed_values(now),
+            lambda job: completed_values(now),
             lease=lease,
             events=lambda job, started: [
                 *stage_event(job.id, job.stage.value, started, now),
@@ -395,7 +398,7 @@ class SqlJobStore:
             lease.job_id,
             event,
             now,
-            lambda job: _failure_values(failure, now, retry_at),
+            lambda job: failure_values(failure, now, retry_at),
             lease=lease,
             outbox_at=lambda job: retry_at,
             events=lambda job, _: [failure_event(job, failure, now, retry_at)],
@@ -479,7 +482,7 @@ class SqlJobStore:
             job_id,
             Event.CANCEL,
             now,
-            lambda job: _cancel_values(now),
+            lambda job: cancel_values(now),
             events=lambda job, _: [outcome_event(job, "cancelled", now)],
         )
 
@@ -540,7 +543,7 @@ class SqlJobStore:
                     continue
                 when = retry_at(job)
                 event = Event.FAIL if when is None else Event.RETRY_LATER
-                values = _failure_values(failure, now, when)
+                values = failure_values(failure, now, when)
                 still_silent = and_(
                     or_(J.c.heartbeat_at.is_(None), J.c.heartbeat_at < stale_before),
                     ~_WAITING_ON_PARTS,
@@ -708,39 +711,3 @@ def _holds(job: Job, lease: Lease) -> bool:
         and job.lease_owner == lease.owner
         and job.attempt == lease.attempt
     )
-
-
-def _completed_values(now: datetime) -> dict[str, Any]:
-    return {
-        "stage": Stage.DONE.value,
-        "finished_at": now,
-        "lease_owner": None,
-        "error": None,
-        "error_code": None,
-        "error_category": None,
-        "retryable": False,
-    }
-
-
-def _cancel_values(now: datetime) -> dict[str, Any]:
-    return {
-        "finished_at": now,
-        "lease_owner": None,
-        "run_after": None,
-        "error": "cancelled on request",
-        "error_code": "cancelled",
-        "error_category": None,
-        "retryable": True,
-    }
-
-
-def _failure_values(failure: Failure, now: datetime, retry_at: datetime | None) -> dict[str, Any]:
-    return {
-        "error": failure.message,
-        "error_code": failure.code,
-        "error_category": failure.category,
-        "retryable": failure.retryable,
-        "lease_owner": None,
-        "run_after": retry_at,
-        "finished_at": None if retry_at is not None else now,
-    }

@@ -51,6 +51,12 @@ def _reason(exc: BaseException) -> str:
     return reason
 
 
+def _unreadable(exc: BaseException, kind: str) -> PermanentError:
+    return PermanentError(
+        f"The file could not be read as {kind}: {_reason(exc)}", code="corrupt_file"
+    )
+
+
 def parse(path: Path, content_type: str, pages: tuple[int, int] | None = None) -> Iterator[Block]:
     """Parse a stored file lazily into blocks, with every failure classified as a `JobError`;
     `pages` (first, last) reads a page range of a PDF only.
@@ -78,9 +84,7 @@ def page_count(path: Path, content_type: str) -> int | None:
     except (JobError, OSError, MemoryError):
         raise
     except Exception as exc:
-        raise PermanentError(
-            f"The file could not be read as a PDF: {_reason(exc)}", code="corrupt_file"
-        ) from exc
+        raise _unreadable(exc, KIND_NAMES[ContentType.PDF]) from exc
 
 
 def translate_errors(blocks: Iterator[Block], kind: str) -> Iterator[Block]:
@@ -101,9 +105,7 @@ def translate_errors(blocks: Iterator[Block], kind: str) -> Iterator[Block]:
             except (JobError, OSError, MemoryError):
                 raise
             except Exception as exc:
-                raise PermanentError(
-                    f"The file could not be read as {kind}: {_reason(exc)}", code="corrupt_file"
-                ) from exc
+                raise _unreadable(exc, kind) from exc
             yield block
     finally:
         close = getattr(blocks, "close", None)
