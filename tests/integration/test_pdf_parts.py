@@ -18,7 +18,7 @@ from knowledgeops.errors import NotFound, PermanentError
 from knowledgeops.ingest.embedders.base import Vectors
 from knowledgeops.ingest.embedders.hashing import HashingEmbedder
 from knowledgeops.ingest.index.base import IndexedChunk, chunk_id
-from knowledgeops.ingest.pipeline import page_ranges
+from knowledgeops.ingest.pdf_parts import page_ranges
 from knowledgeops.jobs.runner import Outcome
 from knowledgeops.runtime import Embedded
 from knowledgeops.service.search import SearchMode

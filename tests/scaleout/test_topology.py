@@ -17,7 +17,7 @@ import redis
 from sqlalchemy import text
 
 from knowledgeops.db.engine import Database
-from knowledgeops.ingest.pipeline import page_ranges
+from knowledgeops.ingest.pdf_parts import page_ranges
 from knowledgeops.jobs.celery_dispatch import QUEUE, CeleryDispatcher, make_celery
 from knowledgeops.topology import LocalRedis, Topology
 from tests.conftest import wait_for

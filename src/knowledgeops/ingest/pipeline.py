@@ -6,10 +6,11 @@ transaction as the progress count that includes it, fenced by the worker's lease
 can write nothing more. Chunk ids are stable per (document, generation, ordinal): a retry
 overwrites its own partial writes instead of adding to them.
 
-A PDF of more than `part_pages` pages is split (JobStore.split): its job hands page ranges to
-part jobs that any worker runs, each writing its pages' chunks into the job's generation with
-ordinals from its own base (so ids stay stable and distinct); the last part to complete makes
-the generation searchable, all at once. Chunks do not span two parts.
+A PDF of more than `part_pages` pages is split (JobStore.split; its plan in ingest/pdf_parts.py):
+its job hands page ranges to part jobs that any worker runs, each writing its pages' chunks
+into the job's generation with ordinals from its own base (so ids stay stable and distinct); the
+last part to complete makes the generation searchable, all at once. Chunks do not span two
+parts.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import select, update
 
 from knowledgeops.blobs import LocalBlobStore
 from knowledgeops.db.engine import Database
-from knowledgeops.db.schema import datasets, documents, ingest_jobs, job_parts
-from knowledgeops.errors import PermanentError, UserActionRequired
+from knowledgeops.db.schema import datasets, documents
+from knowledgeops.errors import PermanentError
+from knowledgeops.ingest import pdf_parts
 from knowledgeops.ingest.chunker import ChunkDraft, Tokenizer
 from knowledgeops.ingest.embedders.base import Embedder
 from knowledgeops.ingest.embedders.cache import CachedEmbedder
@@ -42,7 +44,6 @@ from knowledgeops.jobs.states import Stage
 log = logging.getLogger(__name__)
 
 WINDOW = 512  # chunks: a document's chunks in memory at once (embedded, then written)
-ORDINALS = 2**31  # chunk ordinals are 32-bit integers (PostgreSQL): parts' bases stay below
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,42 +53,6 @@ class _Source:
     file_name: str
     chunk_size: int
     chunk_overlap: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Part:
-    first_page: int
-    last_page: int
-    ordinal_base: int
-    max_chunks: int
-    chunk_size: int
-    chunk_overlap: int
-
-
-TAPER_FROM = 8  # parts: a document of this many ends in smaller parts
-TAPER_PARTS = 4  # … its last `per_part` pages cut into this many
-
-
-def page_ranges(pages: int, per_part: int) -> list[tuple[int, int]]:
-    """Pages 1..`pages` in ranges of `per_part`. A document of many parts ends in smaller ones
-    (its last `per_part` pages in quarters), so that the workers finish together instead of one
-    of them working through a whole last part alone while the others wait."""
-    full_until = pages
-    if pages >= TAPER_FROM * per_part:
-        full_until = pages - per_part
-    ranges = [
-        (first, min(first + per_part - 1, full_until))
-        for first in range(1, full_until + 1, per_part)
-    ]
-    tail = pages - full_until
-    if tail:
-        count = min(TAPER_PARTS, tail)
-        first = full_until + 1
-        for n in range(count):
-            size = tail // count + (1 if n < tail % count else 0)
-            ranges.append((first, first + size - 1))
-            first += size
-    return ranges
 
 
 class IngestPipeline:
@@ -147,7 +112,7 @@ class IngestPipeline:
             )
         return path
 
-    def _spec(self, source: _Source, part: _Part | None = None) -> ChunkSpec:
+    def _spec(self, source: _Source, part: pdf_parts.PartPlan | None = None) -> ChunkSpec:
         return ChunkSpec(
             size=source.chunk_size,
             overlap=source.chunk_overlap,
@@ -166,41 +131,26 @@ class IngestPipeline:
         pages = self.parsing.page_count(path, source.content_type)
         if pages is None or pages <= self.part_pages:
             return False
-        ranges = page_ranges(pages, self.part_pages)
-        stride = self.limits.max_chunks  # a part makes at most this many chunks
-        if len(ranges) * stride >= ORDINALS:
-            log.warning(
-                "job %s: %d parts of up to %d chunks do not fit 32-bit ordinals; not split",
-                ctx.job.id,
-                len(ranges),
-                stride,
-            )
+        plans = pdf_parts.plan(
+            pages,
+            self.part_pages,
+            max_chunks=self.limits.max_chunks,
+            chunk_size=source.chunk_size,
+            chunk_overlap=source.chunk_overlap,
+        )
+        if plans is None:
+            log.warning("job %s: its parts' chunks would not fit 32-bit ordinals", ctx.job.id)
             return False
         document_id = ctx.job.document_id
 
         def record(tx: Any, ids: list[str]) -> None:
-            tx.execute(
-                insert(job_parts),
-                [
-                    {
-                        "job_id": part_id,
-                        "part_index": n,
-                        "first_page": first,
-                        "last_page": last,
-                        "ordinal_base": n * stride,
-                        "max_chunks": stride,
-                        "chunk_size": source.chunk_size,
-                        "chunk_overlap": source.chunk_overlap,
-                    }
-                    for n, (part_id, (first, last)) in enumerate(zip(ids, ranges, strict=True))
-                ],
-            )
+            pdf_parts.record(tx, ids, plans)
             tx.execute(
                 update(documents).where(documents.c.id == document_id).values(page_count=pages)
             )
 
-        ctx.split(len(ranges), record)
-        log.info("job %s: %d pages split into %d parts", ctx.job.id, pages, len(ranges))
+        ctx.split(len(plans), record)
+        log.info("job %s: %d pages split into %d parts", ctx.job.id, pages, len(plans))
         return True
 
     def _run_part(self, ctx: JobContext) -> None:
@@ -209,7 +159,7 @@ class IngestPipeline:
         checked when it completes: DocumentLifecycle). It chunks with the settings the job had
         when it split, so its parts agree; whatever an earlier attempt of it wrote is dropped
         first; and the document's chunk limit counts the chunks of all its parts."""
-        part = self._part(ctx.job.id)
+        part = pdf_parts.load(self.db, ctx.job.id)
         job = ctx.job
         ordinals = (part.ordinal_base, part.ordinal_base + part.max_chunks)
         ctx.report(
@@ -227,22 +177,6 @@ class IngestPipeline:
         with closing(stream):
             total = self._embed_and_index(ctx, _announce(stream, ctx), base=part.ordinal_base)
         ctx.report(stage=Stage.INDEXING, total=total, processed=total)
-
-    def _part(self, job_id: str) -> _Part:
-        with self.db.read() as conn:
-            row = conn.execute(
-                select(
-                    job_parts.c.first_page,
-                    job_parts.c.last_page,
-                    job_parts.c.ordinal_base,
-                    job_parts.c.max_chunks,
-                    job_parts.c.chunk_size,
-                    job_parts.c.chunk_overlap,
-                ).where(job_parts.c.job_id == job_id)
-            ).first()
-        if row is None:
-            raise PermanentError("this part of the job has no page range", code="part_missing")
-        return _Part(*row)
 
     def _source(self, document_id: str) -> _Source:
         with self.db.read() as conn:
@@ -322,7 +256,7 @@ class IngestPipeline:
         def write(tx: Any) -> None:
             self.index.upsert(tx, rows)
             if parent_id is not None:  # a part: the limit is the whole document's
-                _check_document_chunks(tx, parent_id, most)
+                pdf_parts.check_document_chunks(tx, parent_id, most)
 
         return write
 
@@ -359,21 +293,6 @@ class IngestPipeline:
 class _Counts:
     processed: int = 0  # chunks written
     embedded: int = 0  # texts the model was given (the rest came from the cache)
-
-
-def _check_document_chunks(tx: Any, parent_id: str, most: int) -> None:
-    """Refuse a split document whose parts have written more than `most` chunks in all
-    (KOPS_MAX_CHUNKS_PER_DOCUMENT). The parts' counts are exact here: a part's report takes its
-    job's row lock before it writes its own count (JobStore.report), this one's included."""
-    written = tx.scalar(
-        select(func.sum(ingest_jobs.c.processed_chunks)).where(ingest_jobs.c.parent_id == parent_id)
-    )
-    if written is not None and written > most:
-        raise UserActionRequired(
-            f"The document makes more than {most:,} chunks (KOPS_MAX_CHUNKS_PER_DOCUMENT). "
-            "Split it into smaller documents.",
-            code="too_many_chunks",
-        )
 
 
 def _announce(drafts: Iterable[ChunkDraft], ctx: JobContext) -> Iterator[ChunkDraft]:
