@@ -17,11 +17,11 @@ from sqlalchemy.engine import make_url
 
 from knowledgeops.db.engine import Database
 from knowledgeops.db.migrate import upgrade
-from knowledgeops.devpg import LocalPostgres, LocalPostgresError, free_port
-from knowledgeops.ingest.embedders.hashing import HashingEmbedder
 from knowledgeops.ingest.embedders.local import DIMENSION
 from knowledgeops.ingest.index.pgvector import PgVectorIndex
-from knowledgeops.runtime import Embedded
+from knowledgeops.lab.devpg import LocalPostgres, LocalPostgresError, free_port
+from knowledgeops.lab.embedders import HashingEmbedder
+from knowledgeops.roles.embedded import EmbeddedRole
 from knowledgeops.settings import Settings
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
@@ -115,11 +115,11 @@ def pgvector_db(pgvector_server: LocalPostgres) -> Iterator[Database]:
 
 
 @pytest.fixture
-def make_runtime(tmp_path: Any) -> Iterator[Callable[..., Embedded]]:
+def make_runtime(tmp_path: Any) -> Iterator[Callable[..., EmbeddedRole]]:
     """Build an embedded runtime in a temp folder with the deterministic test embedder, fast
     timings and no embedding cache (unless asked for); started runtimes are stopped at the end
     of the test."""
-    built: list[Embedded] = []
+    built: list[EmbeddedRole] = []
 
     def make(
         *,
@@ -127,7 +127,7 @@ def make_runtime(tmp_path: Any) -> Iterator[Callable[..., Embedded]]:
         embedder: Any = None,
         from_settings: str | None = None,
         **overrides: Any,
-    ) -> Embedded:
+    ) -> EmbeddedRole:
         """`from_settings="local" | "openai"`: the runtime builds that embedder from the
         settings (KOPS_EMBEDDER), as in production, instead of the test embedder."""
         values: dict[str, Any] = {
@@ -148,7 +148,7 @@ def make_runtime(tmp_path: Any) -> Iterator[Callable[..., Embedded]]:
         if from_settings is not None:
             values["embedder"] = from_settings
         chosen = None if from_settings else (embedder or HashingEmbedder())
-        runtime = Embedded(Settings(**values), embedder=chosen)
+        runtime = EmbeddedRole(Settings(**values), embedder=chosen)
         built.append(runtime)
         if start:
             runtime.start()

@@ -9,16 +9,9 @@ from typing import Any
 
 import httpx
 
+from knowledgeops.errors import ClientError
+
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
-
-
-class ClientError(Exception):
-    """The server could not be reached or refused the request; the message says which."""
-
-    def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
-        super().__init__(message)
-        self.status = status
-        self.code = code
 
 
 class Client:

@@ -9,11 +9,13 @@ import os
 from functools import cached_property
 from pathlib import Path
 from typing import Literal, Self
+from urllib.parse import urlsplit
 
+from limits import parse_many
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from knowledgeops.ingest.parsers.limits import ParseLimits
+from knowledgeops.errors import SettingsError
 
 HARD_LIMIT_GRACE_S = 30.0  # s: after a job's time limit, it gets this long before it is killed
 MODEL_MAX_TOKENS = 256  # all-MiniLM-L6-v2 reads at most 256 tokens, [CLS] and [SEP] included
@@ -135,7 +137,7 @@ class Settings(BaseSettings):
     chunk_overlap: int = Field(30, ge=0, description="Tokens shared by neighbouring chunks.")
 
     # what one document may cost to parse (a document over a limit fails with a message
-    # naming the limit; ingest/parsers/limits.py)
+    # naming the limit; ingest/parsers/limits.py, built in roles/wiring.py)
     max_pdf_pages: int = Field(5_000, ge=1, description="Pages of one PDF.")
     max_unzipped_mb: float = Field(1_024.0, gt=0, description="A DOCX package, unpacked, in MiB.")
     max_zip_ratio: float = Field(200.0, ge=10, description="Inflation ratio of one DOCX part.")
@@ -211,19 +213,6 @@ class Settings(BaseSettings):
         return f"sqlite:///{(self.data_dir / 'kops.db').resolve()}"
 
     @property
-    def parse_limits(self) -> ParseLimits:
-        return ParseLimits(
-            max_pdf_pages=self.max_pdf_pages,
-            max_unzipped_mb=self.max_unzipped_mb,
-            max_zip_ratio=self.max_zip_ratio,
-            max_html_mb=self.max_html_mb,
-            max_text_chars=self.max_text_chars,
-            max_chunks=self.max_chunks_per_document,
-            parse_timeout_s=self.parse_timeout_s,
-            parse_memory_mb=self.parse_memory_mb,
-        )
-
-    @property
     def max_upload_bytes(self) -> int:
         return int(self.max_upload_mb * 1024 * 1024)
 
@@ -245,7 +234,6 @@ class Settings(BaseSettings):
 
 
 def _check_rate(rate: str) -> None:
-    from limits import parse_many
 
     try:
         items = parse_many(rate)
@@ -260,7 +248,6 @@ def _check_rate(rate: str) -> None:
 def _check_redis_roles(broker: SecretStr | None, cache: SecretStr | None) -> None:
     """Broker and cache must not share a Redis database: flushing the cache would drop jobs'
     messages (DESIGN.md §7)."""
-    from urllib.parse import urlsplit
 
     if cache is None:
         return
@@ -278,10 +265,6 @@ def _check_redis_roles(broker: SecretStr | None, cache: SecretStr | None) -> Non
             "cache_url and broker_url point at the same Redis database; give the cache its own "
             "database number (for example redis://host:6379/2)"
         )
-
-
-class SettingsError(Exception):
-    """Settings are invalid; the message names each setting and what is wrong."""
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -20,11 +20,10 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from knowledgeops.api.app import create_app
 from knowledgeops.db.engine import Database
 from knowledgeops.errors import JobError
-from knowledgeops.ingest.embedders.hashing import HashingEmbedder
-from knowledgeops.runtime import Embedded
+from knowledgeops.lab.embedders import HashingEmbedder
+from knowledgeops.roles.embedded import EmbeddedRole
 from tests.conftest import wait_for
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -143,7 +142,7 @@ def database_url(request: pytest.FixtureRequest) -> str | None:
 
 @pytest.fixture
 def make_client(
-    make_runtime: Callable[..., Embedded], database_url: str | None
+    make_runtime: Callable[..., EmbeddedRole], database_url: str | None
 ) -> Iterator[Callable[..., TestClient]]:
     """Build a started app (its lifespan starts the runtime) with settings overrides (and
     `embedder=`); the client carries its runtime as `client.runtime`. Gated embedders are opened
@@ -157,12 +156,12 @@ def make_client(
             if database_url is not None and not clients:  # a second client: its own SQLite
                 overrides.setdefault("database_url", database_url)
             runtime = make_runtime(start=False, **overrides)
-            app = create_app(runtime)
+            app = runtime.app()
             client = stack.enter_context(
                 TestClient(app, raise_server_exceptions=raise_server_exceptions)
             )
             if runtime.settings.auth == "on":  # every request carries a key of `tenant`
-                _, secret = runtime.keys.create(tenant, "tests")
+                _, secret = runtime.service.keys.create(tenant, "tests")
                 client.headers["Authorization"] = f"Bearer {secret}"
             client.runtime = runtime  # type: ignore[attr-defined]
             clients.append(client)
@@ -181,8 +180,8 @@ def client(make_client: Callable[..., TestClient]) -> TestClient:
     return make_client()
 
 
-def runtime_of(client: TestClient) -> Embedded:
-    runtime: Embedded = client.runtime  # type: ignore[attr-defined]
+def runtime_of(client: TestClient) -> EmbeddedRole:
+    runtime: EmbeddedRole = client.runtime  # type: ignore[attr-defined]
     return runtime
 
 

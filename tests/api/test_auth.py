@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from knowledgeops.errors import SettingsError
+from knowledgeops.roles.first_key import announce_first_key
 from knowledgeops.service.keys import hash_key
+from knowledgeops.settings import load_settings
 from tests.api.conftest import assert_error, ingest, runtime_of
 from tests.fixtures.documents import make_text
 
@@ -91,10 +94,10 @@ def test_metrics_behind_their_own_token(make_client: Callable[..., TestClient]) 
 
 def test_a_revoked_key_is_refused_at_the_next_request(client: TestClient) -> None:
     runtime = runtime_of(client)
-    view, secret = runtime.keys.create("default", "short-lived")
+    view, secret = runtime.service.keys.create("default", "short-lived")
     headers = {"Authorization": f"Bearer {secret}"}
     assert client.get("/datasets", headers=headers).status_code == 200
-    runtime.keys.revoke(view.id)
+    runtime.service.keys.revoke(view.id)
     assert_error(client.get("/datasets", headers=headers), 401, "invalid_api_key")
     assert client.get("/datasets").status_code == 200  # other keys go on working
 
@@ -116,9 +119,9 @@ def test_first_start_makes_one_key_shows_it_once_and_stores_only_its_hash(
     assert str(key_file) in caplog.text
     assert secret not in caplog.text
     assert secret not in capsys.readouterr().err
-    keys = runtime.keys.list()  # type: ignore[attr-defined]
+    keys = runtime.service.keys.list()  # type: ignore[attr-defined]
     assert [(k.tenant_id, k.prefix) for k in keys] == [("default", secret[:12])]
-    assert runtime.keys.authenticate(secret).tenant_id == "default"  # type: ignore[attr-defined]
+    assert runtime.service.keys.authenticate(secret).tenant_id == "default"  # type: ignore[attr-defined]
     runtime.stop()  # type: ignore[attr-defined]
     stored = b"".join(p.read_bytes() for p in data_dir.glob("kops.db*"))
     assert secret.encode() not in stored
@@ -132,7 +135,6 @@ def test_first_start_makes_one_key_shows_it_once_and_stores_only_its_hash(
 def test_on_a_terminal_the_first_key_is_printed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from knowledgeops.runtime import announce_first_key
 
     monkeypatch.setattr("sys.stderr.isatty", lambda: True)
     announce_first_key("kops_" + "t" * 43, tmp_path)
@@ -151,7 +153,7 @@ def test_rate_limit_per_key_answers_429_with_retry_after(
     assert "5 per 1 minute" in body["error"]
     assert 1 <= int(refused.headers["retry-after"]) <= 60
     # another key has its own count
-    _, other = runtime_of(client).keys.create("default", "second")
+    _, other = runtime_of(client).service.keys.create("default", "second")
     assert client.get("/datasets", headers={"Authorization": f"Bearer {other}"}).status_code == 200
 
 
@@ -164,7 +166,7 @@ def test_auth_off_serves_everyone_as_the_default_tenant_and_warns(
     assert "Authorization" not in client.headers
     done = ingest(client, make_text(tmp_path / "open.txt", "open door policy"))
     assert done["status"] == "completed"
-    assert runtime_of(client).keys.list() == []  # no first key when auth is off
+    assert runtime_of(client).service.keys.list() == []  # no first key when auth is off
 
 
 def test_keys_never_reach_the_logs(
@@ -208,7 +210,6 @@ def test_a_caller_without_a_key_learns_nothing_about_parameters(client: TestClie
     ],
 )
 def test_bad_security_settings_stop_the_start(settings: dict[str, str], phrase: str) -> None:
-    from knowledgeops.settings import SettingsError, load_settings
 
     with pytest.raises(SettingsError) as caught:
         load_settings(**settings)

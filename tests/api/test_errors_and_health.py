@@ -163,7 +163,7 @@ def test_unexpected_error_is_500_with_a_reference(make_client, caplog) -> None:
     def broken(*args, **kwargs):
         raise RuntimeError("secret internals")
 
-    runtime.search.search = broken  # type: ignore[method-assign]
+    runtime.service.search.search = broken  # type: ignore[method-assign]
     response = client.post(f"/datasets/{default_dataset_id(client)}/search", json={"query": "x"})
     body = assert_error(response, 500, "internal_error")
     assert "secret internals" not in body["error"]

@@ -35,8 +35,8 @@ SPEC_CANNOT_SAY = {
 def api_schema(make_runtime: Callable[..., Any]) -> Any:
     """The spec of a started embedded runtime, served from the app itself."""
     runtime = make_runtime(max_upload_mb=1)
-    _, key = runtime.keys.create("default", "schemathesis")
-    app = create_app(runtime, manage_runtime=False)
+    _, key = runtime.service.keys.create("default", "schemathesis")
+    app = create_app(runtime.service)
     app.state.test_key = key
     return schemathesis.openapi.from_asgi("/api/openapi.json", app)
 

@@ -32,8 +32,8 @@ def two_tenants(client: TestClient, tmp_path: Path) -> dict[str, Any]:
     """Tenant "acme" (the client's own key, made for it here) owns a dataset with a completed
     document, a failed job and the default dataset; tenant "globex" owns nothing yet."""
     runtime = runtime_of(client)
-    _, acme = runtime.keys.create("acme", "acme tests")
-    _, globex = runtime.keys.create("globex", "globex tests")
+    _, acme = runtime.service.keys.create("acme", "acme tests")
+    _, globex = runtime.service.keys.create("globex", "globex tests")
     client.headers["Authorization"] = f"Bearer {acme}"
     dataset = create_dataset(client, "acme-private")
     text = make_text(tmp_path / "acme.txt", f"The {SECRET_WORDS} plan is confidential.\n" * 20)

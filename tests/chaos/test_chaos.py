@@ -8,8 +8,8 @@ import shutil
 import pytest
 from rich.console import Console
 
-from knowledgeops.chaos import render as render_table
-from knowledgeops.chaos import run_chaos
+from knowledgeops.lab.chaos import render as render_table
+from knowledgeops.lab.chaos import run_chaos
 from tests.conftest import unavailable
 
 pytestmark = [pytest.mark.postgres, pytest.mark.scaleout]

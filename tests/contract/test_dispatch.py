@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import pytest
 from kombu import Connection
 
+from knowledgeops.errors import PublishError
 from knowledgeops.jobs.celery_dispatch import QUEUE, TASK_NAME, CeleryDispatcher, make_celery
-from knowledgeops.jobs.dispatch import PublishError
 from knowledgeops.jobs.inprocess import InProcessQueue
 from tests.conftest import unavailable
 

@@ -22,8 +22,8 @@ from knowledgeops.ingest.embedders.cache import (
     SqlEmbeddingCache,
     Vector,
 )
-from knowledgeops.ingest.embedders.hashing import HashingEmbedder
 from knowledgeops.ingest.index.base import text_hash
+from knowledgeops.lab.embedders import HashingEmbedder
 
 from ..conftest import unavailable
 

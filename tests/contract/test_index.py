@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from knowledgeops.db.engine import Database
-from knowledgeops.ingest.embedders.hashing import HashingEmbedder
 from knowledgeops.ingest.index.base import ChunkIndex, IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.memory import MemoryIndex
 from knowledgeops.ingest.index.pgvector import PgVectorIndex
 from knowledgeops.ingest.index.sqlite import SqliteIndex
+from knowledgeops.lab.embedders import HashingEmbedder
 from tests.fixtures.rows import insert_dataset, insert_document
 
 EMBED = HashingEmbedder(dimension=64)

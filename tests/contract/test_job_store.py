@@ -14,11 +14,12 @@ from sqlalchemy import select
 
 from knowledgeops.db.engine import Database
 from knowledgeops.db.schema import outbox as outbox_table
+from knowledgeops.errors import InvalidTransition, JobNotFound
 from knowledgeops.jobs.memory_store import MemoryJobStore
 from knowledgeops.jobs.model import Failure, Job, Lease, NewJob
 from knowledgeops.jobs.sql_store import SqlJobStore
-from knowledgeops.jobs.states import InvalidTransition, JobStatus, Stage
-from knowledgeops.jobs.store import JobNotFound, JobStore, LeaseLost
+from knowledgeops.jobs.states import JobStatus, Stage
+from knowledgeops.jobs.store import JobStore, LeaseLost
 from tests.fixtures.rows import insert_dataset, insert_document
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)

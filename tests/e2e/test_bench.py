@@ -13,7 +13,7 @@ from pathlib import Path
 import pypdfium2 as pdfium
 import pytest
 
-from knowledgeops.bench.corpus import build
+from knowledgeops.lab.bench.corpus import build
 from tests.fixtures.documents import make_pdf
 
 pytestmark = pytest.mark.e2e

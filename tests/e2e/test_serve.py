@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -143,7 +144,6 @@ def test_serve_ingest_search(kops_server: Callable[..., Server], tmp_path: Path)
 def test_second_serve_on_same_data_dir_refuses(
     kops_server: Callable[..., Server], tmp_path: Path
 ) -> None:
-    import subprocess
 
     first = kops_server()
     started = time.perf_counter()

@@ -14,15 +14,16 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, text
 
-from knowledgeops.blobs import LocalBlobStore
+from knowledgeops.db.blobs import LocalBlobStore
+from knowledgeops.db.migrate import upgrade
 from knowledgeops.db.schema import chunks, documents, ingest_jobs
 from knowledgeops.errors import Conflict, TransientError
 from knowledgeops.ingest.embedders.base import Vectors
-from knowledgeops.ingest.embedders.hashing import HashingEmbedder
 from knowledgeops.ingest.index.sqlite import SqliteIndex
 from knowledgeops.jobs.runner import Outcome
 from knowledgeops.jobs.states import JobStatus
-from knowledgeops.runtime import Embedded
+from knowledgeops.lab.embedders import HashingEmbedder
+from knowledgeops.roles.embedded import EmbeddedRole
 from knowledgeops.service.search import SearchMode
 from knowledgeops.service.views import JobView
 
@@ -61,22 +62,22 @@ class FlakyEmbedder(HashingEmbedder):
         return super().embed(texts)
 
 
-def upload(runtime: Embedded, tmp: Path, name: str, body: str) -> JobView:
+def upload(runtime: EmbeddedRole, tmp: Path, name: str, body: str) -> JobView:
     staged = runtime.blobs.stage(10_000_000)
     staged.write(body.encode())
-    accepted = runtime.uploads.accept(
+    accepted = runtime.service.uploads.accept(
         "default", staged, file_name=name, declared_type=None, dataset_id=None, idempotency_key=None
     )
     return accepted.job
 
 
-def done(runtime: Embedded, job_id: str, statuses: tuple[str, ...] = ("completed",)) -> JobView:
+def done(runtime: EmbeddedRole, job_id: str, statuses: tuple[str, ...] = ("completed",)) -> JobView:
     return wait_for(  # type: ignore[no-any-return]
-        lambda: (job := runtime.jobs.get("default", job_id)).status in statuses and job
+        lambda: (job := runtime.service.jobs.get("default", job_id)).status in statuses and job
     )
 
 
-def chunk_rows(runtime: Embedded, document_id: str) -> list[tuple[int, int]]:
+def chunk_rows(runtime: EmbeddedRole, document_id: str) -> list[tuple[int, int]]:
     with runtime.db.read() as conn:
         return [
             (row.generation, row.ordinal)
@@ -88,7 +89,7 @@ def chunk_rows(runtime: Embedded, document_id: str) -> list[tuple[int, int]]:
         ]
 
 
-def index_rows(runtime: Embedded) -> tuple[int, int, int]:
+def index_rows(runtime: EmbeddedRole) -> tuple[int, int, int]:
     """Rows in `chunks`, vector rows and keyword rows."""
     index = runtime.index
     with runtime.db.read() as conn:
@@ -105,16 +106,16 @@ def index_rows(runtime: Embedded) -> tuple[int, int, int]:
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def make_runtime(
-    make_runtime: Callable[..., Embedded], request: pytest.FixtureRequest
-) -> Iterator[Callable[..., Embedded]]:
+    make_runtime: Callable[..., EmbeddedRole], request: pytest.FixtureRequest
+) -> Iterator[Callable[..., EmbeddedRole]]:
     """Each test on the SQLite file and on PostgreSQL with pgvector (one database per test)."""
     if request.param == "sqlite":
         yield make_runtime
         return
     url = request.getfixturevalue("pgvector_db").url
-    made: list[Embedded] = []
+    made: list[EmbeddedRole] = []
 
-    def make(**overrides: Any) -> Embedded:
+    def make(**overrides: Any) -> EmbeddedRole:
         overrides.setdefault("database_url", url)
         runtime = make_runtime(**overrides)
         made.append(runtime)
@@ -128,7 +129,7 @@ def make_runtime(
 
 
 def test_a_retry_after_partial_writes_leaves_no_duplicates(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     embedder = FlakyEmbedder(fail_on=[3])  # two batches are written, then the third fails
     runtime = make_runtime(embedder=embedder, workers=1)
@@ -141,20 +142,20 @@ def test_a_retry_after_partial_writes_leaves_no_duplicates(
     assert len(rows) == len(set(rows)) == finished.total_chunks
     assert {generation for generation, _ in rows} == {1}
     assert index_rows(runtime) == (len(rows),) * 3
-    hits = runtime.search.search(
+    hits = runtime.service.search.search(
         "default", finished.dataset_id, "ownership example", top_k=100, mode=SearchMode.KEYWORD
     )
     assert len(hits) == finished.total_chunks
 
 
 def test_a_second_delivery_of_a_running_or_finished_job_is_skipped(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     embedder = FlakyEmbedder()
     embedder.gate.clear()  # hold the first batch until we have redelivered
     runtime = make_runtime(embedder=embedder, workers=2)
     job = upload(runtime, tmp_path, "traits.txt", long_text("traits"))
-    wait_for(lambda: runtime.jobs.get("default", job.id).status == "running")
+    wait_for(lambda: runtime.service.jobs.get("default", job.id).status == "running")
     assert runtime.runner.run_job(job.id) is Outcome.SKIPPED
     runtime.queue.publish(job.id)  # a duplicate publish reaches the other worker
     embedder.gate.set()
@@ -165,28 +166,28 @@ def test_a_second_delivery_of_a_running_or_finished_job_is_skipped(
 
 
 def test_a_failed_reindex_keeps_the_previous_generation_searchable(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     embedder = FlakyEmbedder()
     runtime = make_runtime(embedder=embedder, workers=1, max_attempts=1)
     first = done(runtime, upload(runtime, tmp_path, "closures.txt", long_text("closures")).id)
-    before = runtime.search.search(
+    before = runtime.service.search.search(
         "default", first.dataset_id, "closures", top_k=100, mode=SearchMode.KEYWORD
     )
     embedder.fail_on = {embedder.calls + 2}  # the reindex fails after writing one batch
-    reindex_id = runtime.documents.reindex("default", first.document_id)
+    reindex_id = runtime.service.documents.reindex("default", first.document_id)
     failed = done(runtime, reindex_id, ("failed",))
     assert (failed.kind, failed.error_code, failed.error_category) == (
         "reindex",
         "embedder_timeout",
         "transient",
     )
-    after = runtime.search.search(
+    after = runtime.service.search.search(
         "default", first.dataset_id, "closures", top_k=100, mode=SearchMode.KEYWORD
     )
     assert [h.chunk_id for h in after] == [h.chunk_id for h in before]
     assert {g for g, _ in chunk_rows(runtime, first.document_id)} == {1}  # partial gen 2 gone
-    document = runtime.documents.get("default", first.document_id)
+    document = runtime.service.documents.get("default", first.document_id)
     assert (document.searchable, document.active_generation, document.status) == (
         True,
         1,
@@ -195,49 +196,49 @@ def test_a_failed_reindex_keeps_the_previous_generation_searchable(
 
 
 def test_a_successful_reindex_switches_generations_atomically(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     runtime = make_runtime(workers=1)
     first = done(runtime, upload(runtime, tmp_path, "iter.txt", long_text("iterators")).id)
-    reindexed = done(runtime, runtime.documents.reindex("default", first.document_id))
+    reindexed = done(runtime, runtime.service.documents.reindex("default", first.document_id))
     assert reindexed.kind == "reindex"
     rows = chunk_rows(runtime, first.document_id)
     assert {g for g, _ in rows} == {2}
     assert len(rows) == reindexed.total_chunks == first.total_chunks
-    document = runtime.documents.get("default", first.document_id)
+    document = runtime.service.documents.get("default", first.document_id)
     assert (document.active_generation, document.chunk_count) == (2, len(rows))
     assert index_rows(runtime) == (len(rows),) * 3
 
 
 def test_cancel_mid_embedding_removes_the_partial_generation(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     embedder = FlakyEmbedder(delay_s=0.05)
     runtime = make_runtime(embedder=embedder, workers=1)
     job = upload(runtime, tmp_path, "lifetimes.txt", long_text("lifetimes", 200))
-    wait_for(lambda: runtime.jobs.get("default", job.id).processed_chunks > 0)
-    runtime.jobs.cancel("default", job.id)
+    wait_for(lambda: runtime.service.jobs.get("default", job.id).processed_chunks > 0)
+    runtime.service.jobs.cancel("default", job.id)
     cancelled = done(runtime, job.id, ("cancelled",))
     calls_at_cancel = embedder.calls
     threading.Event().wait(0.3)
     assert embedder.calls <= calls_at_cancel + 1  # stopped at the next batch boundary
     assert chunk_rows(runtime, cancelled.document_id) == []
     assert index_rows(runtime) == (0, 0, 0)
-    assert runtime.documents.get("default", cancelled.document_id).status == "cancelled"
-    retried = done(runtime, runtime.jobs.retry("default", job.id).id)
+    assert runtime.service.documents.get("default", cancelled.document_id).status == "cancelled"
+    retried = done(runtime, runtime.service.jobs.retry("default", job.id).id)
     assert retried.processed_chunks == retried.total_chunks
     assert len(chunk_rows(runtime, retried.document_id)) == retried.total_chunks
 
 
 def test_deleting_a_document_while_it_is_processed_leaves_nothing_behind(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     embedder = FlakyEmbedder(delay_s=0.05)
     runtime = make_runtime(embedder=embedder, workers=1)
     job = upload(runtime, tmp_path, "borrow.txt", long_text("borrowing", 200))
-    wait_for(lambda: runtime.jobs.get("default", job.id).processed_chunks > 0)
-    blob = runtime.blobs.path(runtime.documents.get("default", job.document_id).sha256)
-    runtime.documents.delete("default", job.document_id)
+    wait_for(lambda: runtime.service.jobs.get("default", job.id).processed_chunks > 0)
+    blob = runtime.blobs.path(runtime.service.documents.get("default", job.document_id).sha256)
+    runtime.service.documents.delete("default", job.document_id)
     wait_for(lambda: embedder.calls > 0 and runtime.runner.heartbeat._leases == set())
     threading.Event().wait(0.3)
     assert index_rows(runtime) == (0, 0, 0)
@@ -247,7 +248,7 @@ def test_deleting_a_document_while_it_is_processed_leaves_nothing_behind(
 
 
 def test_the_same_bytes_are_one_document_and_one_blob(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     runtime = make_runtime()
     first = upload(runtime, tmp_path, "a.txt", long_text("traits", 5))
@@ -258,7 +259,7 @@ def test_the_same_bytes_are_one_document_and_one_blob(
 
 
 def test_many_documents_complete_exactly_once(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     runtime = make_runtime(workers=3)
     jobs = [
@@ -281,12 +282,11 @@ def test_many_documents_complete_exactly_once(
 
 
 def test_a_restart_finishes_what_was_accepted(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     """Jobs accepted but never run (the process stopped) are run by the next process."""
     quiet = make_runtime(start=False)
     quiet.acquire()
-    from knowledgeops.db.migrate import upgrade
 
     upgrade(quiet.db.engine)
     quiet.index.ensure()
@@ -302,7 +302,7 @@ def test_a_restart_finishes_what_was_accepted(
 
 
 def test_stale_uploads_in_incoming_are_removed_at_start(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     data = tmp_path / "stale"
     LocalBlobStore(data).stage(100).write(b"half an upload")
@@ -311,16 +311,16 @@ def test_stale_uploads_in_incoming_are_removed_at_start(
 
 
 def test_only_the_newest_job_of_a_document_can_be_retried(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     embedder = FlakyEmbedder(fail_on=[1])
     runtime = make_runtime(embedder=embedder, workers=1, max_attempts=1)
     first = done(
         runtime, upload(runtime, tmp_path, "t.txt", long_text("traits", 50)).id, ("failed",)
     )
-    second = done(runtime, runtime.documents.reindex("default", first.document_id))
+    second = done(runtime, runtime.service.documents.reindex("default", first.document_id))
     with pytest.raises(Conflict) as refused:
-        runtime.jobs.retry("default", first.id)
+        runtime.service.jobs.retry("default", first.id)
     assert refused.value.code == "superseded"
     assert {g for g, _ in chunk_rows(runtime, first.document_id)} == {second_generation(second)}
 
@@ -330,18 +330,18 @@ def second_generation(job: JobView) -> int:
 
 
 def test_a_retry_with_other_chunk_settings_leaves_no_stale_chunks(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     """Attempt 1 writes two batches of small chunks and fails; the dataset's chunk size grows
     before attempt 2, which makes fewer chunks: none of attempt 1's extra ordinals may survive."""
-    runtime_box: list[Embedded] = []
+    runtime_box: list[EmbeddedRole] = []
 
     class ResizingEmbedder(FlakyEmbedder):
         def embed(self, texts: Sequence[str]) -> Vectors:
             if self.calls == 2:
                 runtime = runtime_box[0]
-                default = runtime.datasets.resolve("default", None)
-                runtime.datasets.update(
+                default = runtime.service.datasets.resolve("default", None)
+                runtime.service.datasets.update(
                     "default", default.id, {"chunk_size": 200, "chunk_overlap": 10}
                 )
             return super().embed(texts)
@@ -353,18 +353,18 @@ def test_a_retry_with_other_chunk_settings_leaves_no_stale_chunks(
     rows = chunk_rows(runtime, finished.document_id)
     assert sorted(ordinal for _, ordinal in rows) == list(range(finished.total_chunks or 0))
     assert index_rows(runtime) == (len(rows),) * 3
-    document = runtime.documents.get("default", finished.document_id)
+    document = runtime.service.documents.get("default", finished.document_id)
     assert document.chunk_count == finished.total_chunks
 
 
 def test_stopping_gives_unfinished_jobs_back_without_spending_an_attempt(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     embedder = FlakyEmbedder()
     embedder.gate.clear()  # the worker is stuck inside the model when the process stops
     runtime = make_runtime(embedder=embedder, workers=1, shutdown_grace_s=0.3)
     job = upload(runtime, tmp_path, "stuck.txt", long_text("lifetimes", 50))
-    wait_for(lambda: runtime.jobs.get("default", job.id).stage == "embedding")
+    wait_for(lambda: runtime.service.jobs.get("default", job.id).stage == "embedding")
     runtime.stop()
     runtime.started_at = None  # stopped by hand
     embedder.gate.set()
@@ -379,7 +379,7 @@ def test_stopping_gives_unfinished_jobs_back_without_spending_an_attempt(
 
 
 def test_vacuum_keeps_index_rows_pointing_at_their_chunks(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     """SQLite documents that VACUUM may renumber the implicit rowids of a table without an
     INTEGER PRIMARY KEY; the first document's rows are deleted so that renumbering would shift
@@ -387,7 +387,7 @@ def test_vacuum_keeps_index_rows_pointing_at_their_chunks(
     runtime = make_runtime(workers=1)
     gone = done(runtime, upload(runtime, tmp_path, "a.txt", long_text("ownership", 40)).id)
     keep = done(runtime, upload(runtime, tmp_path, "b.txt", long_text("borrowing", 40)).id)
-    runtime.documents.delete("default", gone.document_id)
+    runtime.service.documents.delete("default", gone.document_id)
     if runtime.db.is_sqlite:
         raw = runtime.db.engine.raw_connection()  # VACUUM runs outside any transaction
         try:
@@ -397,10 +397,10 @@ def test_vacuum_keeps_index_rows_pointing_at_their_chunks(
     else:
         with runtime.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
             c.exec_driver_sql("VACUUM FULL")
-    by_words = runtime.search.search(
+    by_words = runtime.service.search.search(
         "default", keep.dataset_id, "borrowing", top_k=50, mode=SearchMode.KEYWORD
     )
-    by_vector = runtime.search.search(
+    by_vector = runtime.service.search.search(
         "default", keep.dataset_id, "borrowing example", top_k=50, mode=SearchMode.VECTOR
     )
     assert len(by_words) == keep.total_chunks
@@ -409,7 +409,7 @@ def test_vacuum_keeps_index_rows_pointing_at_their_chunks(
 
 
 def test_unreferenced_stored_files_are_swept_at_start(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     runtime = make_runtime(workers=1)
     kept = done(runtime, upload(runtime, tmp_path, "a.txt", long_text("traits", 5)).id)

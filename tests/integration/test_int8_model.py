@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from knowledgeops.errors import ModelCheckFailed
+from knowledgeops.ingest.embedders import onnx_int8
 from knowledgeops.ingest.embedders.local import DIMENSION, LocalMiniLM
 from knowledgeops.ingest.embedders.onnx_int8 import (
     INT8_MODEL_ID,
@@ -18,7 +20,7 @@ from knowledgeops.ingest.embedders.onnx_int8 import (
     OnnxMiniLM,
     calibration_texts,
 )
-from knowledgeops.runtime import Embedded, direct_model
+from knowledgeops.roles.embedded import EmbeddedRole
 from knowledgeops.service.search import SearchMode
 from tests.integration.test_exactly_once import done, upload
 
@@ -70,7 +72,7 @@ def test_vectors_stay_close_to_fp32_on_text_it_was_not_checked_on(int8: OnnxMini
 
 
 def test_a_runtime_on_the_int8_variant_ingests_and_searches(
-    make_runtime: Callable[..., Embedded], tmp_path: Path, int8: OnnxMiniLM
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path, int8: OnnxMiniLM
 ) -> None:
     runtime = make_runtime(start=False, from_settings="local", model_variant="int8")
     models = runtime.settings.data_dir / "models"
@@ -81,33 +83,32 @@ def test_a_runtime_on_the_int8_variant_ingests_and_searches(
     body = "\n\n".join(HELD_OUT)
     job = done(runtime, upload(runtime, tmp_path, "mixed.txt", body).id)
     assert job.total_chunks
-    dataset = runtime.datasets.get("default", job.dataset_id)
+    dataset = runtime.service.datasets.get("default", job.dataset_id)
     assert dataset.embedding_model == INT8_MODEL_ID
-    hits = runtime.search.search(
+    hits = runtime.service.search.search(
         "default", job.dataset_id, "erupting mountains of lava", mode=SearchMode.VECTOR, top_k=1
     )
     assert "Volcanoes" in hits[0].text
 
 
 def test_a_build_that_fails_its_check_stops_the_start_and_is_not_kept(
-    make_runtime: Callable[..., Embedded], monkeypatch: pytest.MonkeyPatch
+    make_runtime: Callable[..., EmbeddedRole], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from knowledgeops.ingest.embedders import onnx_int8
 
     monkeypatch.setattr(onnx_int8, "MIN_MEAN_COSINE", 1.01)  # no quantised model can reach it
     builds = []
     real_build = onnx_int8.build
     monkeypatch.setattr(onnx_int8, "build", lambda *a, **k: builds.append(1) or real_build(*a, **k))
     runtime = make_runtime(start=False, from_settings="local", model_variant="int8")
-    with pytest.raises(onnx_int8.ModelCheckFailed, match="KOPS_MODEL_VARIANT=fp32"):
+    with pytest.raises(ModelCheckFailed, match="KOPS_MODEL_VARIANT=fp32"):
         runtime.start()
     runtime.started_at = None
     models = runtime.settings.data_dir / "models"
     assert not list(models.glob("*.onnx"))
     assert not list(models.glob("*.json"))
     assert not list(models.glob(".build-*"))  # the work folder went with the failure
-    model = direct_model(runtime.embedder)
+    model = runtime.embedder.for_queries()
     assert isinstance(model, OnnxMiniLM)
-    with pytest.raises(onnx_int8.ModelCheckFailed):
+    with pytest.raises(ModelCheckFailed):
         model.load()  # remembered: not built again per call
     assert builds == [1]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
 from knowledgeops.ingest.embedders.local import DIMENSION, LocalMiniLM
+from knowledgeops.ingest.embedders.scheduler import ModelScheduler
 
 pytestmark = pytest.mark.model
 
@@ -49,9 +52,6 @@ def test_the_scheduler_gives_each_document_the_vectors_of_its_texts_alone(
 ) -> None:
     """Chunks of several documents merged into length-sorted batches get the same vectors as each
     document embedded on its own (the model masks padding), and token counts order them."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from knowledgeops.ingest.embedders.scheduler import ModelScheduler
 
     documents = [
         ["Ownership rules in Rust.", "Each value has an owner; when it goes out of scope, drop."],

@@ -17,20 +17,20 @@ import numpy as np
 import pytest
 import redis
 
-from knowledgeops.devpg import free_port
 from knowledgeops.errors import (
     PermanentError,
     ServiceUnavailable,
     TransientError,
     UserActionRequired,
 )
-from knowledgeops.fakeprovider import ProviderState, create_provider_app, serve_in_thread
 from knowledgeops.ingest.embedders.base import Vectors
 from knowledgeops.ingest.embedders.cache import CachedEmbedder
-from knowledgeops.ingest.embedders.hashing import HashingEmbedder
-from knowledgeops.ingest.embedders.limits import LocalLimit, RedisLimit
-from knowledgeops.ingest.embedders.openai import KeySource, OpenAIEmbedder
-from knowledgeops.runtime import Embedded
+from knowledgeops.ingest.embedders.concurrency import LocalLimit, RedisLimit
+from knowledgeops.ingest.embedders.openai import KeySource, OpenAIEmbedder, _retry_after
+from knowledgeops.lab.devpg import free_port
+from knowledgeops.lab.embedders import HashingEmbedder
+from knowledgeops.lab.fakeprovider import ProviderState, create_provider_app, serve_in_thread
+from knowledgeops.roles.embedded import EmbeddedRole
 from knowledgeops.service.search import SearchMode
 from knowledgeops.service.views import JobView
 from tests.conftest import unavailable, wait_for
@@ -268,8 +268,8 @@ def test_without_redis_each_process_falls_back_to_one_slot(
 
 @pytest.fixture
 def openai_runtime(
-    make_runtime: Callable[..., Embedded], provider: Provider, key_file: Path
-) -> Embedded:
+    make_runtime: Callable[..., EmbeddedRole], provider: Provider, key_file: Path
+) -> EmbeddedRole:
     return make_runtime(
         from_settings="openai",
         workers=1,
@@ -282,18 +282,18 @@ def openai_runtime(
     )
 
 
-def _accept(runtime: Embedded, tmp_path: Path, name: str, text: str) -> str:
+def _accept(runtime: EmbeddedRole, tmp_path: Path, name: str, text: str) -> str:
     staged = runtime.blobs.stage(10_000_000)
     staged.write(text.encode())
-    accepted = runtime.uploads.accept(
+    accepted = runtime.service.uploads.accept(
         "default", staged, file_name=name, declared_type=None, dataset_id=None, idempotency_key=None
     )
     return accepted.job.id
 
 
-def _finished(runtime: Embedded, job_id: str) -> JobView:
+def _finished(runtime: EmbeddedRole, job_id: str) -> JobView:
     def ended() -> JobView | None:
-        job = runtime.jobs.get("default", job_id)
+        job = runtime.service.jobs.get("default", job_id)
         return job if job.status in {"completed", "failed", "cancelled"} else None
 
     found: JobView = wait_for(ended, timeout=60, what=f"job {job_id} to end")
@@ -301,7 +301,7 @@ def _finished(runtime: Embedded, job_id: str) -> JobView:
 
 
 def test_documents_are_embedded_by_the_provider_and_searchable(
-    openai_runtime: Embedded, provider: Provider, tmp_path: Path
+    openai_runtime: EmbeddedRole, provider: Provider, tmp_path: Path
 ) -> None:
     assert isinstance(openai_runtime.embedder, CachedEmbedder) is False  # tests run uncached
     job = _finished(openai_runtime, _accept(openai_runtime, tmp_path, "a.txt", TEXT))
@@ -315,7 +315,7 @@ def test_documents_are_embedded_by_the_provider_and_searchable(
 
 
 def test_throttling_then_recovery_retries_until_done(
-    openai_runtime: Embedded, provider: Provider, tmp_path: Path
+    openai_runtime: EmbeddedRole, provider: Provider, tmp_path: Path
 ) -> None:
     provider.control(mode="throttle", count=2, retry_after=0.1)
     job = _finished(openai_runtime, _accept(openai_runtime, tmp_path, "a.txt", TEXT))
@@ -325,7 +325,7 @@ def test_throttling_then_recovery_retries_until_done(
 
 
 def test_a_refused_key_fails_the_job_for_the_user_and_retry_works_once_fixed(
-    openai_runtime: Embedded, provider: Provider, key_file: Path, tmp_path: Path
+    openai_runtime: EmbeddedRole, provider: Provider, key_file: Path, tmp_path: Path
 ) -> None:
     provider.control(keys=["sk-the-new-key"])
     job = _finished(openai_runtime, _accept(openai_runtime, tmp_path, "a.txt", TEXT))
@@ -342,7 +342,7 @@ def test_a_refused_key_fails_the_job_for_the_user_and_retry_works_once_fixed(
 
 
 def test_a_search_while_the_provider_is_down_is_503_not_a_crash(
-    openai_runtime: Embedded, provider: Provider
+    openai_runtime: EmbeddedRole, provider: Provider
 ) -> None:
     provider.control(mode="error500")
     dataset = openai_runtime.datasets.ensure_default("default").id
@@ -360,7 +360,6 @@ def test_a_search_while_the_provider_is_down_is_503_not_a_crash(
 
 
 def test_retry_after_as_an_http_date_and_408(provider: Provider, key_file: Path) -> None:
-    from knowledgeops.ingest.embedders.openai import _retry_after
 
     assert _retry_after("Wed, 21 Oct 2015 07:28:00 -0000") == 0.0  # in the past, naive: UTC
     assert _retry_after("12") == 12.0
@@ -376,7 +375,7 @@ def test_an_empty_key_file_needs_the_user(provider: Provider, tmp_path: Path) ->
 
 
 def test_a_search_does_not_queue_behind_ingestion_for_a_provider_slot(
-    openai_runtime: Embedded,
+    openai_runtime: EmbeddedRole,
 ) -> None:
     """Every slot of the shared limit is taken (as by busy workers): a vector search answers 503
     after about one request's timeout instead of waiting for ingestion to finish."""

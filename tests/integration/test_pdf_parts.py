@@ -16,11 +16,11 @@ from sqlalchemy import select
 from knowledgeops.db.schema import chunks, ingest_jobs, job_parts
 from knowledgeops.errors import NotFound, PermanentError
 from knowledgeops.ingest.embedders.base import Vectors
-from knowledgeops.ingest.embedders.hashing import HashingEmbedder
 from knowledgeops.ingest.index.base import IndexedChunk, chunk_id
 from knowledgeops.ingest.pdf_parts import page_ranges
 from knowledgeops.jobs.runner import Outcome
-from knowledgeops.runtime import Embedded
+from knowledgeops.lab.embedders import HashingEmbedder
+from knowledgeops.roles.embedded import EmbeddedRole
 from knowledgeops.service.search import SearchMode
 from knowledgeops.service.views import JobView
 from tests.fixtures.documents import make_pdf, make_scanned_pdf
@@ -48,10 +48,10 @@ def big_pdf(tmp_path: Path, pages: int = PAGES) -> Path:
     return make_pdf(tmp_path / "book.pdf", [page_text(n) for n in range(1, pages + 1)])
 
 
-def upload_file(runtime: Embedded, path: Path) -> JobView:
+def upload_file(runtime: EmbeddedRole, path: Path) -> JobView:
     staged = runtime.blobs.stage(100_000_000)
     staged.write(path.read_bytes())
-    accepted = runtime.uploads.accept(
+    accepted = runtime.service.uploads.accept(
         "default",
         staged,
         file_name=path.name,
@@ -62,7 +62,7 @@ def upload_file(runtime: Embedded, path: Path) -> JobView:
     return accepted.job
 
 
-def parts_of(runtime: Embedded, job_id: str) -> list[Any]:
+def parts_of(runtime: EmbeddedRole, job_id: str) -> list[Any]:
     with runtime.db.read() as conn:
         return list(
             conn.execute(
@@ -81,7 +81,7 @@ def parts_of(runtime: Embedded, job_id: str) -> list[Any]:
         )
 
 
-def chunk_pages(runtime: Embedded, document_id: str) -> list[Any]:
+def chunk_pages(runtime: EmbeddedRole, document_id: str) -> list[Any]:
     with runtime.db.read() as conn:
         return list(
             conn.execute(
@@ -138,7 +138,7 @@ def test_page_ranges_cover_every_page_once() -> None:
 
 
 def test_a_split_pdf_becomes_one_generation_of_one_document(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     embedder = ThreadsSeen(delay_s=0.02)
     runtime = make_runtime(embedder=embedder, pdf_part_pages=PER_PART)
@@ -162,19 +162,19 @@ def test_a_split_pdf_becomes_one_generation_of_one_document(
     text = " ".join(r.text for r in rows)
     for n in range(1, PAGES + 1):
         assert f"pageword{n} " in text + " "
-    hits = runtime.search.search(
+    hits = runtime.service.search.search(
         "default", finished.dataset_id, "pageword11", top_k=5, mode=SearchMode.KEYWORD
     )
     assert hits
     assert hits[0].page_start <= 11 <= hits[0].page_end
 
-    document = runtime.documents.get("default", job.document_id)
+    document = runtime.service.documents.get("default", job.document_id)
     assert (document.status, document.page_count, document.chunk_count) == ("ready", 12, len(rows))
     assert document.latest_job_id == job.id
-    listed = runtime.jobs.list("default", status=None, dataset_id=None, page=1, limit=50)
+    listed = runtime.service.jobs.list("default", status=None, dataset_id=None, page=1, limit=50)
     assert [j.id for j in listed.items] == [job.id]  # the parts are not users' jobs
     with pytest.raises(NotFound):
-        runtime.jobs.get("default", parts[0].id)
+        runtime.service.jobs.get("default", parts[0].id)
     # a redelivered message, for the job or a part, changes nothing
     assert runtime.runner.run_job(job.id) is Outcome.SKIPPED
     assert runtime.runner.run_job(parts[1].id) is Outcome.SKIPPED
@@ -182,7 +182,7 @@ def test_a_split_pdf_becomes_one_generation_of_one_document(
 
 
 def test_parts_run_in_parallel_and_the_job_shows_their_summed_progress(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     embedder = ThreadsSeen(delay_s=0.05)
     runtime = make_runtime(embedder=embedder, workers=2, pdf_part_pages=PER_PART)
@@ -190,7 +190,7 @@ def test_parts_run_in_parallel_and_the_job_shows_their_summed_progress(
     seen: list[tuple[str, str, int | None, int]] = []
 
     def two_parts_running() -> bool:
-        view = runtime.jobs.get("default", job.id)
+        view = runtime.service.jobs.get("default", job.id)
         seen.append((view.status, view.stage, view.total_chunks, view.processed_chunks))
         running = [p for p in parts_of(runtime, job.id) if p.status == "running"]
         return len(running) >= 2
@@ -210,7 +210,7 @@ def test_parts_run_in_parallel_and_the_job_shows_their_summed_progress(
 
 
 def test_a_part_failing_for_good_fails_the_job_and_keeps_the_previous_generation(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     embedder = ThreadsSeen()
     runtime = make_runtime(embedder=embedder, pdf_part_pages=PER_PART)
@@ -218,7 +218,7 @@ def test_a_part_failing_for_good_fails_the_job_and_keeps_the_previous_generation
     before = len(chunk_pages(runtime, first.document_id))
 
     embedder.refuse = "pageword10 "  # a page of the last part
-    reindexed = runtime.documents.reindex("default", first.document_id)
+    reindexed = runtime.service.documents.reindex("default", first.document_id)
     failed = done(runtime, reindexed, ("failed",))
     assert (failed.error_code, failed.error) == ("model_refused", "the model refused this text")
     assert failed.retryable is False
@@ -228,32 +228,32 @@ def test_a_part_failing_for_good_fails_the_job_and_keeps_the_previous_generation
     rows = chunk_pages(runtime, first.document_id)
     assert {r.generation for r in rows} == {1}  # the new generation's chunks are gone
     assert len(rows) == before
-    assert runtime.documents.get("default", first.document_id).status == "failed"
+    assert runtime.service.documents.get("default", first.document_id).status == "failed"
 
     embedder.refuse = None
-    retried = done(runtime, runtime.jobs.retry("default", reindexed).id)
+    retried = done(runtime, runtime.service.jobs.retry("default", reindexed).id)
     assert retried.processed_chunks == before
     assert {r.generation for r in chunk_pages(runtime, first.document_id)} == {2}
     assert len(parts_of(runtime, reindexed)) == 3  # the earlier attempt's parts were replaced
 
 
 def test_cancelling_a_split_job_stops_its_parts(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     embedder = ThreadsSeen(delay_s=0.05)
     runtime = make_runtime(embedder=embedder, pdf_part_pages=PER_PART)
     job = upload_file(runtime, big_pdf(tmp_path))
-    wait_for(lambda: runtime.jobs.get("default", job.id).processed_chunks > 0)
-    runtime.jobs.cancel("default", job.id)
+    wait_for(lambda: runtime.service.jobs.get("default", job.id).processed_chunks > 0)
+    runtime.service.jobs.cancel("default", job.id)
     done(runtime, job.id, ("cancelled",))
     assert {p.status for p in parts_of(runtime, job.id)} == {"cancelled"}
     wait_for(lambda: runtime.runner.heartbeat._leases == set(), what="workers let go")
     assert index_rows(runtime) == (0, 0, 0)
-    assert runtime.documents.get("default", job.document_id).status == "cancelled"
+    assert runtime.service.documents.get("default", job.document_id).status == "cancelled"
 
 
 def test_a_transient_failure_retries_one_part_and_leaves_no_duplicates(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     embedder = FlakyEmbedder(fail_on=[3])
     runtime = make_runtime(embedder=embedder, pdf_part_pages=PER_PART)
@@ -275,7 +275,7 @@ def test_a_transient_failure_retries_one_part_and_leaves_no_duplicates(
 
 
 def test_a_split_pdf_without_text_fails_like_a_scanned_pdf(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     runtime = make_runtime(pdf_part_pages=2)
     job = upload_file(runtime, make_scanned_pdf(tmp_path / "scan.pdf", pages=6))
@@ -288,7 +288,7 @@ def test_a_split_pdf_without_text_fails_like_a_scanned_pdf(
 
 
 def test_a_pdf_within_the_part_size_is_not_split(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     runtime = make_runtime(pdf_part_pages=PAGES)
     job = upload_file(runtime, big_pdf(tmp_path))
@@ -300,7 +300,7 @@ def test_a_pdf_within_the_part_size_is_not_split(
 
 
 def test_every_part_chunks_with_the_settings_the_job_split_with(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     """The dataset's chunk settings change while the parts wait: they still chunk alike, as the
     job was when it split (a part retried later overwrites exactly what it wrote)."""
@@ -309,7 +309,9 @@ def test_every_part_chunks_with_the_settings_the_job_split_with(
     runtime = make_runtime(embedder=embedder, pdf_part_pages=PER_PART, chunk_size=64)
     job = upload_file(runtime, big_pdf(tmp_path))
     wait_for(lambda: len(parts_of(runtime, job.id)) == 3, what="the split")
-    runtime.datasets.update("default", job.dataset_id, {"chunk_size": 32, "chunk_overlap": 4})
+    runtime.service.datasets.update(
+        "default", job.dataset_id, {"chunk_size": 32, "chunk_overlap": 4}
+    )
     embedder.gate.set()
     done(runtime, job.id)
     with runtime.db.read() as conn:
@@ -320,7 +322,7 @@ def test_every_part_chunks_with_the_settings_the_job_split_with(
 
 
 def test_the_chunk_limit_counts_the_chunks_of_all_parts(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     """Each part stays under KOPS_MAX_CHUNKS_PER_DOCUMENT; together they pass it: the document
     fails as a whole document over the limit does, and nothing of it is left."""
@@ -335,7 +337,7 @@ def test_the_chunk_limit_counts_the_chunks_of_all_parts(
 
 
 def test_a_part_drops_what_an_earlier_attempt_of_it_wrote(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     """A row left in a part's ordinal range (an earlier attempt that chunked differently) is
     gone once the part has run: the generation holds exactly what the parts wrote."""

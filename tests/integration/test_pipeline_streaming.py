@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 from sqlalchemy import text
 
-from knowledgeops.runtime import Embedded
+from knowledgeops.roles.embedded import EmbeddedRole
 from tests.integration.test_exactly_once import done, long_text, upload
 
 
-def stored(runtime: Embedded, document_id: str) -> list[tuple[Any, ...]]:
+def stored(runtime: EmbeddedRole, document_id: str) -> list[tuple[Any, ...]]:
     """(ordinal, text, content hash, tokens, pages, section, vector) of each chunk, in order."""
     vec = runtime.index.vec  # type: ignore[union-attr]
     with runtime.db.read() as conn:
@@ -30,7 +30,7 @@ def stored(runtime: Embedded, document_id: str) -> list[tuple[Any, ...]]:
 
 
 def test_a_document_longer_than_a_window_gets_the_same_chunks_and_vectors(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     body = "\n\n".join(long_text(topic, 60) for topic in ("ownership", "borrowing", "traits"))
     whole = make_runtime()
@@ -53,7 +53,7 @@ def test_a_document_longer_than_a_window_gets_the_same_chunks_and_vectors(
 
 
 def test_a_streamed_document_reports_its_total_once_the_chunker_has_finished(
-    make_runtime: Callable[..., Embedded], tmp_path: Path
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     """While a long document streams, its total is unknown (null), never a guess; progress
     counts written chunks only; at the end the total is exact."""
@@ -64,7 +64,7 @@ def test_a_streamed_document_reports_its_total_once_the_chunker_has_finished(
 
     def spy(lease: Any, **kw: Any) -> None:
         report(lease, **kw)
-        job = runtime.jobs.get("default", lease.job_id)
+        job = runtime.service.jobs.get("default", lease.job_id)
         seen.append((job.stage, job.total_chunks, job.processed_chunks))
 
     runtime.store.report = spy  # type: ignore[method-assign]

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from knowledgeops.db.engine import Database
-from knowledgeops.topology import LocalRedis, Topology, TopologyError
+from knowledgeops.lab.topology import LocalRedis, Topology, TopologyError
 from tests.conftest import unavailable
 from tests.e2e.corpus import long_text
 from tests.fixtures.documents import (

@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from knowledgeops.db.engine import Database
 from knowledgeops.jobs.celery_dispatch import QUEUE
-from knowledgeops.topology import Proc, Topology
+from knowledgeops.lab.topology import Proc, Topology
 from tests.scaleout.conftest import write_corpus
 
 pytestmark = [pytest.mark.postgres, pytest.mark.scaleout]

@@ -13,10 +13,10 @@ import pytest
 import redis
 from sqlalchemy import create_engine, text
 
-from knowledgeops.devpg import free_port
-from knowledgeops.fakeprovider import ProviderState, create_provider_app, serve_in_thread
-from knowledgeops.ingest.embedders.hashing import HashingEmbedder
-from knowledgeops.topology import LocalRedis, Topology
+from knowledgeops.lab.devpg import free_port
+from knowledgeops.lab.embedders import HashingEmbedder
+from knowledgeops.lab.fakeprovider import ProviderState, create_provider_app, serve_in_thread
+from knowledgeops.lab.topology import LocalRedis, Topology
 from tests.scaleout.conftest import write_corpus
 
 pytestmark = [pytest.mark.postgres, pytest.mark.scaleout]

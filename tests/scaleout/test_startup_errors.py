@@ -7,11 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from knowledgeops.db.engine import Database
-from knowledgeops.devpg import LocalPostgres
-from knowledgeops.topology import kops_env
+from knowledgeops.lab.devpg import LocalPostgres
+from knowledgeops.lab.topology import kops_env
 
 pytestmark = pytest.mark.postgres
 SECRET = "s3cr3t-pw"
@@ -67,7 +68,6 @@ def test_a_database_without_pgvector_is_refused_with_what_to_do(postgres_db: Dat
 
 
 def test_a_schema_behind_the_code_asks_for_kops_migrate(pgvector_server: LocalPostgres) -> None:
-    import psycopg
 
     with psycopg.connect(
         host=pgvector_server.host, port=pgvector_server.port, user="postgres", autocommit=True

@@ -14,13 +14,14 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from kombu import Connection
 from sqlalchemy import text
 
 from knowledgeops.db.engine import Database
 from knowledgeops.ingest.pdf_parts import page_ranges
 from knowledgeops.jobs.celery_dispatch import QUEUE, CeleryDispatcher, make_celery
-from knowledgeops.topology import LocalRedis, Topology
-from tests.conftest import wait_for
+from knowledgeops.lab.topology import LocalRedis, Topology
+from tests.conftest import unavailable, wait_for
 from tests.e2e.corpus import long_text
 from tests.fixtures.documents import make_pdf
 from tests.integration.test_pdf_parts import page_text
@@ -256,7 +257,6 @@ def test_rabbitmq_works_as_the_broker_by_url(
     machine_redis: tuple[str, str],
     tmp_path: Path,
 ) -> None:
-    from kombu import Connection
 
     amqp = "amqp://guest:guest@127.0.0.1:5672//"
     try:
@@ -264,8 +264,6 @@ def test_rabbitmq_works_as_the_broker_by_url(
             conn.ensure_connection(max_retries=1)
             conn.SimpleQueue("kops.jobs").clear()
     except Exception as exc:
-        from tests.conftest import unavailable
-
         unavailable(f"RabbitMQ is not reachable: {exc}")
     _, cache_url = machine_redis
     topology = make_topology(amqp, cache_url)

@@ -14,8 +14,8 @@ from knowledgeops.ingest.embedders.cache import (
     MemoryEmbeddingCache,
     SqlEmbeddingCache,
 )
-from knowledgeops.ingest.embedders.hashing import HashingEmbedder
-from knowledgeops.runtime import Embedded
+from knowledgeops.lab.embedders import HashingEmbedder
+from knowledgeops.roles.embedded import EmbeddedRole
 from knowledgeops.service.search import SearchMode
 
 from ..conftest import wait_for
@@ -100,11 +100,11 @@ def test_no_texts_make_no_calls() -> None:
     assert inner.calls == 0
 
 
-def _ingest_then_reindex(runtime: Embedded, inner: Counting) -> None:
+def _ingest_then_reindex(runtime: EmbeddedRole, inner: Counting) -> None:
     body = " ".join(f"Sentence {n} explains caching with example {n}." for n in range(120))
     staged = runtime.blobs.stage(10_000_000)
     staged.write(body.encode())
-    accepted = runtime.uploads.accept(
+    accepted = runtime.service.uploads.accept(
         "default",
         staged,
         file_name="cache.txt",
@@ -114,19 +114,19 @@ def _ingest_then_reindex(runtime: Embedded, inner: Counting) -> None:
     )
 
     def finished(job_id: str) -> bool:
-        return runtime.jobs.get("default", job_id).status == "completed"
+        return runtime.service.jobs.get("default", job_id).status == "completed"
 
     wait_for(lambda: finished(accepted.job.id), what="the first ingestion")
     first_calls, first_texts = inner.calls, inner.texts
     assert first_calls > 1  # several batches, so the second run has several chances to call
-    reindex_id = runtime.documents.reindex("default", accepted.job.document_id)
+    reindex_id = runtime.service.documents.reindex("default", accepted.job.document_id)
     wait_for(lambda: finished(reindex_id), what="the reindex")
-    assert runtime.jobs.get("default", reindex_id).total_chunks == first_texts
+    assert runtime.service.jobs.get("default", reindex_id).total_chunks == first_texts
     assert (inner.calls, inner.texts) == (first_calls, first_texts)
 
 
 def test_reindexing_a_document_makes_no_model_calls(
-    make_runtime: Callable[..., Embedded],
+    make_runtime: Callable[..., EmbeddedRole],
 ) -> None:
     inner = Counting(384)
     runtime = make_runtime(
@@ -136,7 +136,7 @@ def test_reindexing_a_document_makes_no_model_calls(
 
 
 def test_the_runtime_caches_in_its_database_by_default(
-    make_runtime: Callable[..., Embedded],
+    make_runtime: Callable[..., EmbeddedRole],
 ) -> None:
     """Wiring: with the default settings the runtime puts the model behind the SQL cache."""
     inner = Counting(384)
@@ -151,9 +151,9 @@ def test_the_runtime_caches_in_its_database_by_default(
 
     assert cached() == inner.texts
     # a search embeds its query with the model itself: no cache write per query
-    dataset_id = runtime.datasets.ensure_default("default").id
+    dataset_id = runtime.service.datasets.ensure_default("default").id
     calls = inner.calls
-    assert runtime.search.search(
+    assert runtime.service.search.search(
         "default", dataset_id, "caching example", top_k=3, mode=SearchMode.VECTOR
     )
     assert inner.calls == calls + 1

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from knowledgeops.devpg import LocalPostgres, LocalPostgresError
+from knowledgeops.lab.devpg import LocalPostgres, LocalPostgresError
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the server to the postgres user")

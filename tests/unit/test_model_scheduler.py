@@ -11,11 +11,11 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from knowledgeops.errors import PermanentError, TransientError
+from knowledgeops.errors import PermanentError, TransientError, WorkerStopping
 from knowledgeops.ingest.embedders.base import Vectors
-from knowledgeops.ingest.embedders.hashing import HashingEmbedder
 from knowledgeops.ingest.embedders.scheduler import ModelScheduler, length_batches
-from knowledgeops.jobs.runner import WorkerStopping
+from knowledgeops.jobs.priority import lower_priority
+from knowledgeops.lab.embedders import HashingEmbedder
 
 
 class RecordingEmbedder(HashingEmbedder):
@@ -181,7 +181,6 @@ def test_the_model_thread_runs_at_a_lower_priority(model: RecordingEmbedder) -> 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
 def test_a_thread_lowered_twice_is_still_only_nice_below_the_main_thread() -> None:
-    from knowledgeops.priority import lower_priority
 
     seen: list[int] = []
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from knowledgeops.settings import SettingsError, load_settings
+from knowledgeops.errors import SettingsError
+from knowledgeops.settings import load_settings
 
 
 def test_broker_and_cache_must_not_share_a_redis_database() -> None:

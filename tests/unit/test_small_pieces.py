@@ -9,21 +9,24 @@ import numpy as np
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from knowledgeops.blobs import LocalBlobStore
+from knowledgeops.db.blobs import LocalBlobStore
+from knowledgeops.db.lockfile import DataDirLock
 from knowledgeops.errors import (
+    DataDirLocked,
     ErrorCategory,
     InvalidRequest,
     PayloadTooLarge,
     PermanentError,
+    SettingsError,
     TransientError,
 )
-from knowledgeops.ingest.embedders.hashing import HashingEmbedder
-from knowledgeops.ingest.index.base import Hit, chunk_id, query_terms, spaced_cjk
+from knowledgeops.ingest.index.base import Hit, chunk_id
+from knowledgeops.ingest.index.terms import query_terms, spaced_cjk
 from knowledgeops.jobs.classify import classify
-from knowledgeops.lockfile import DataDirLock, DataDirLocked
+from knowledgeops.lab.embedders import HashingEmbedder
 from knowledgeops.service.search import reciprocal_rank_fusion
 from knowledgeops.service.uploads import check_idempotency_key, display_name
-from knowledgeops.settings import Settings, SettingsError, load_settings
+from knowledgeops.settings import Settings, load_settings
 
 
 # --- file names -------------------------------------------------------------------------------

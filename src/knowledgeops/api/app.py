@@ -1,9 +1,9 @@
-"""The FastAPI application for a runtime. The OpenAPI page is at /api/docs (/docs is the
-documents API)."""
+"""The FastAPI application over the use cases (`KnowledgeBase`). The OpenAPI page is at /api/docs
+(/docs is the documents API)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -15,7 +15,7 @@ from knowledgeops.api.auth import authenticate, rate_limiter_for
 from knowledgeops.api.deps import reject_unknown_query
 from knowledgeops.api.routes import datasets, documents, health, jobs, metrics, search, uploads
 from knowledgeops.api.schemas import ErrorPublic
-from knowledgeops.runtime import Services
+from knowledgeops.service.knowledge_base import KnowledgeBase
 
 PROTECTED: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorPublic, "description": "Malformed request (JSON, header, form)."},
@@ -25,18 +25,24 @@ PROTECTED: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_app(runtime: Services, *, manage_runtime: bool = True) -> FastAPI:
-    """`manage_runtime`: start the runtime with the app and stop it on shutdown."""
+def create_app(
+    service: KnowledgeBase,
+    *,
+    on_start: Callable[[], None] | None = None,
+    on_stop: Callable[[], None] | None = None,
+) -> FastAPI:
+    """`on_start` and `on_stop` run with the app's lifespan: the process role starts with the
+    app and stops at its shutdown."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if manage_runtime:
-            runtime.start()
+        if on_start is not None:
+            on_start()
         try:
             yield
         finally:
-            if manage_runtime:
-                runtime.stop()
+            if on_stop is not None:
+                on_stop()
 
     app = FastAPI(
         title="KnowledgeOps",
@@ -47,9 +53,9 @@ def create_app(runtime: Services, *, manage_runtime: bool = True) -> FastAPI:
         openapi_url="/api/openapi.json",
         lifespan=lifespan,
     )
-    app.state.runtime = runtime
-    app.state.metrics = metrics.registry_for(runtime.store)
-    app.state.rate_limiter = rate_limiter_for(runtime)
+    app.state.service = service
+    app.state.metrics = metrics.registry_for(service)
+    app.state.rate_limiter = rate_limiter_for(service.admission)
     errors.install(app)
     for module in (health, metrics):
         app.include_router(module.router)
@@ -61,19 +67,3 @@ def create_app(runtime: Services, *, manage_runtime: bool = True) -> FastAPI:
             dependencies=[Depends(authenticate), Depends(reject_unknown_query)],
         )
     return app
-
-
-def create_scaleout_app() -> FastAPI:
-    """The app of one `kops api` process (uvicorn's factory; settings from the environment)."""
-    import logging
-
-    from knowledgeops.runtime import ApiRuntime
-    from knowledgeops.settings import load_settings
-
-    settings = load_settings()
-    # `kops api --workers N` spawns fresh interpreters: they log like the parent process
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
-    )
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    return create_app(ApiRuntime(settings))

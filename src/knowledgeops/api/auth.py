@@ -20,8 +20,8 @@ from limits.storage import MemoryStorage, Storage, storage_from_string
 from limits.strategies import MovingWindowRateLimiter
 
 from knowledgeops.errors import TooManyRequests, Unauthorized
-from knowledgeops.runtime import Services
 from knowledgeops.service.keys import DEFAULT_TENANT, Principal
+from knowledgeops.service.knowledge_base import Admission, KnowledgeBase
 
 log = logging.getLogger(__name__)
 
@@ -73,25 +73,23 @@ class RateLimiter:
         )
 
 
-def rate_limiter_for(runtime: Services) -> RateLimiter:
-    cache = runtime.settings.cache_url
-    url = cache.get_secret_value() if cache is not None else None
-    return RateLimiter(runtime.settings.rate_limit, url)
+def rate_limiter_for(admission: Admission) -> RateLimiter:
+    return RateLimiter(admission.rate_limit, admission.rate_limit_url)
 
 
 def authenticate(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
-    runtime: Services = request.app.state.runtime
+    service: KnowledgeBase = request.app.state.service
     limiter: RateLimiter = request.app.state.rate_limiter
-    if runtime.settings.auth == "off":
+    if not service.admission.auth:
         limiter.check(f"addr:{request.client.host if request.client else '-'}")
         return Principal(DEFAULT_TENANT, None)
     address = f"addr:{request.client.host if request.client else '-'}"
     if credentials is None:
         raise Unauthorized(MISSING, code="unauthorized")
-    found = runtime.keys.authenticate(credentials.credentials)
+    found = service.keys.authenticate(credentials.credentials)
     if found is None:
         limiter.check(address)  # guessing keys from one address meets the limit too
         raise Unauthorized(INVALID, code="invalid_api_key")

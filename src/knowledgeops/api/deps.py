@@ -1,4 +1,4 @@
-"""Dependencies for routes: the runtime, ids checked as UUIDs, pagination."""
+"""Dependencies for routes: the use cases, ids checked as UUIDs, pagination."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ from typing import Annotated, Any
 from fastapi import Depends, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 
-from knowledgeops.runtime import Services
+from knowledgeops.service.knowledge_base import KnowledgeBase
 
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 
 
-def get_runtime(request: Request) -> Services:
-    runtime: Services = request.app.state.runtime
-    return runtime
+def get_service(request: Request) -> KnowledgeBase:
+    service: KnowledgeBase = request.app.state.service
+    return service
 
 
-RuntimeDep = Annotated[Services, Depends(get_runtime)]
+ServiceDep = Annotated[KnowledgeBase, Depends(get_service)]
 JobId = Annotated[str, Path(pattern=UUID_PATTERN, description="A job id (UUID).")]
 DatasetId = Annotated[str, Path(pattern=UUID_PATTERN, description="A dataset id (UUID).")]
 DocumentId = Annotated[str, Path(pattern=UUID_PATTERN, description="A document id (UUID).")]

@@ -1,4 +1,8 @@
-"""Errors become HTTP responses here, and only here: {"error": "...", "code": "..."} everywhere."""
+"""Errors become HTTP responses here, and only here: {"error": "...", "code": "..."} everywhere.
+
+The statuses of the deliberate errors (errors.py) are this module's table, looked up along each
+error's class hierarchy; an error no entry covers is a bug, answered 500 with a reference the
+operator finds in the log."""
 
 from __future__ import annotations
 
@@ -14,13 +18,41 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import compile_path
 
-from knowledgeops.errors import RequestError, ServiceUnavailable, TooManyRequests, Unauthorized
-from knowledgeops.jobs.store import JobNotFound
+from knowledgeops.errors import (
+    Conflict,
+    InvalidRequest,
+    InvalidTransition,
+    JobNotFound,
+    KopsError,
+    NotFound,
+    PayloadTooLarge,
+    RequestError,
+    ServiceUnavailable,
+    TooManyRequests,
+    Unauthorized,
+    UnsupportedMediaType,
+)
 
 log = logging.getLogger(__name__)
 
 _LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+STATUS: dict[type[KopsError], int] = {
+    RequestError: 400,
+    InvalidRequest: 400,
+    Unauthorized: 401,
+    NotFound: 404,
+    Conflict: 409,
+    InvalidTransition: 409,  # the job's status does not allow it
+    PayloadTooLarge: 413,
+    UnsupportedMediaType: 415,
+    TooManyRequests: 429,
+    ServiceUnavailable: 503,
+}
+
+
+def status_of(exc: KopsError) -> int:
+    return next(STATUS[cls] for cls in type(exc).__mro__ if cls in STATUS)
 
 
 def error_body(message: str, code: str, **extra: Any) -> dict[str, Any]:
@@ -37,13 +69,13 @@ def _field_name(loc: tuple[Any, ...]) -> str:
 
 
 async def on_request_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestError)
+    assert isinstance(exc, RequestError | InvalidTransition)
     headers = {}
     if isinstance(exc, ServiceUnavailable | TooManyRequests):
         headers["Retry-After"] = str(exc.retry_after_s)
     if isinstance(exc, Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
-    return JSONResponse(error_body(exc.message, exc.code), exc.status_code, headers=headers)
+    return JSONResponse(error_body(exc.message, exc.code), status_of(exc), headers=headers)
 
 
 async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -117,6 +149,7 @@ async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestError, on_request_error)
+    app.add_exception_handler(InvalidTransition, on_request_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(JobNotFound, on_job_not_found)

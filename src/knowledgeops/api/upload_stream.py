@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
-from knowledgeops.blobs import LocalBlobStore, StagedFile
 from knowledgeops.errors import InvalidRequest, PayloadTooLarge, ServiceUnavailable
+from knowledgeops.service.uploads import StagedFile, Uploads
 
 FILE_FIELD = "file"
 MAX_FIELD_BYTES = 64 * 1024  # bytes: a plain form field (datasetId) is small
@@ -28,9 +28,8 @@ class ReceivedUpload:
 
 
 class _Receiver:
-    def __init__(self, blobs: LocalBlobStore, max_bytes: int) -> None:
-        self.blobs = blobs
-        self.max_bytes = max_bytes
+    def __init__(self, uploads: Uploads) -> None:
+        self.uploads = uploads
         self.fields: dict[str, str] = {}
         self.staged: StagedFile | None = None
         self.file_name: str | None = None
@@ -86,7 +85,7 @@ class _Receiver:
         self.file_name = filename.decode("utf-8", "replace")
         declared = self._headers.get(b"content-type")
         self.declared_type = declared.decode("latin-1").strip() if declared else None
-        self.staged = self.blobs.stage(self.max_bytes)
+        self.staged = self.uploads.stage()
         self._into_file = True
 
     def on_part_data(self, data: bytes, start: int, end: int) -> None:
@@ -109,7 +108,50 @@ class _Receiver:
         self._into_file = False
 
 
-async def receive_upload(request: Request, blobs: LocalBlobStore, max_bytes: int) -> ReceivedUpload:
+async def receive_upload(request: Request, uploads: Uploads) -> ReceivedUpload:
+    """The upload's file streamed into a staged file of `uploads`, and its form fields."""
+    boundary = _boundary(request, uploads.max_upload_bytes)
+    receiver = _Receiver(uploads)
+    parser = MultipartParser(boundary, {name: getattr(receiver, name) for name in _CALLBACKS})  # type: ignore[arg-type]
+    try:
+        async for chunk in request.stream():
+            parser.write(chunk)
+        parser.finalize()
+        if not receiver.complete:  # the closing boundary never came: the body was cut short
+            raise InvalidRequest(
+                "the upload ended before the multipart body was complete; send it again",
+                code="bad_multipart",
+            )
+    except BaseException as exc:
+        if receiver.staged is not None:
+            receiver.staged.discard()
+        refusal = _refusal(exc)
+        if refusal is exc:
+            raise
+        raise refusal from (exc if isinstance(exc, OSError) else None)
+    if receiver.staged is None:
+        raise InvalidRequest(
+            "no file: send the document in a multipart field named 'file'", code="missing_file"
+        )
+    return ReceivedUpload(
+        receiver.staged, receiver.file_name, receiver.declared_type, receiver.fields
+    )
+
+
+_CALLBACKS = (
+    "on_part_begin",
+    "on_header_field",
+    "on_header_value",
+    "on_header_end",
+    "on_headers_finished",
+    "on_part_data",
+    "on_part_end",
+    "on_end",
+)
+
+
+def _boundary(request: Request, max_bytes: int) -> bytes:
+    """The multipart boundary; 400 for another body, 413 when it says it is too large."""
     content_type, options = parse_options_header(request.headers.get("content-type", ""))
     boundary = options.get(b"boundary")
     if content_type != b"multipart/form-data" or not boundary:
@@ -125,52 +167,22 @@ async def receive_upload(request: Request, blobs: LocalBlobStore, max_bytes: int
             f"the upload is larger than this server accepts ({limit_mb:g} MB); split it or ask "
             "the operator to raise KOPS_MAX_UPLOAD_MB"
         )
-    receiver = _Receiver(blobs, max_bytes)
-    callbacks = {
-        name: getattr(receiver, name)
-        for name in (
-            "on_part_begin",
-            "on_header_field",
-            "on_header_value",
-            "on_header_end",
-            "on_headers_finished",
-            "on_part_data",
-            "on_part_end",
-            "on_end",
+    return boundary
+
+
+def _refusal(exc: BaseException) -> BaseException:
+    """What the caller is told when reading the upload failed: its own errors as they are, a
+    disconnect or a malformed body as 400, our disk failing as 503."""
+    if isinstance(exc, ClientDisconnect):
+        return InvalidRequest("the client disconnected during the upload")
+    if isinstance(exc, InvalidRequest | PayloadTooLarge):
+        return exc
+    if isinstance(exc, OSError):  # our disk, not the client's body
+        return ServiceUnavailable(
+            f"the server could not store the upload ({exc.strerror or exc}); try again later",
+            code="storage_unavailable",
+            retry_after_s=30,
         )
-    }
-    parser = MultipartParser(boundary, callbacks)  # type: ignore[arg-type]
-    try:
-        async for chunk in request.stream():
-            parser.write(chunk)
-        parser.finalize()
-        if not receiver.complete:  # the closing boundary never came: the body was cut short
-            raise InvalidRequest(
-                "the upload ended before the multipart body was complete; send it again",
-                code="bad_multipart",
-            )
-    except BaseException as exc:
-        if receiver.staged is not None:
-            receiver.staged.discard()
-        if isinstance(exc, ClientDisconnect):
-            raise InvalidRequest("the client disconnected during the upload") from None
-        if isinstance(exc, InvalidRequest | PayloadTooLarge):
-            raise
-        if isinstance(exc, OSError):  # our disk, not the client's body
-            raise ServiceUnavailable(
-                f"the server could not store the upload ({exc.strerror or exc}); try again later",
-                code="storage_unavailable",
-                retry_after_s=30,
-            ) from exc
-        if isinstance(exc, Exception):
-            raise InvalidRequest(
-                f"the multipart body is malformed: {exc}", code="bad_multipart"
-            ) from None
-        raise
-    if receiver.staged is None:
-        raise InvalidRequest(
-            "no file: send the document in a multipart field named 'file'", code="missing_file"
-        )
-    return ReceivedUpload(
-        receiver.staged, receiver.file_name, receiver.declared_type, receiver.fields
-    )
+    if isinstance(exc, Exception):
+        return InvalidRequest(f"the multipart body is malformed: {exc}", code="bad_multipart")
+    return exc

@@ -13,9 +13,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import sqlean
+import sqlite_vec
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
+
+Tx = Connection
+"""The one seam every layer shares: the open transaction a write joins (the job store's own
+writes, the index's rows, a handler's rows, a listener's updates), so they commit together or not
+at all. The in-memory twins of the job store and the index have no database: they hand None."""
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000  # ms
 SQLITE_POOL_SIZE = 16  # connections kept open
@@ -25,8 +32,6 @@ IDLE_IN_TX_LIMIT_S = 120  # s: our transactions are short; one idle this long wa
 
 
 def _sqlite_engine(url: str) -> Engine:
-    import sqlean
-    import sqlite_vec
 
     # SQLite connections are cheap; a roomy pool keeps API threads, workers, the relay and the
     # heartbeat from queueing for a connection while one of them waits on the write lock.

@@ -16,6 +16,8 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from tokenizers import Tokenizer as _Tokenizer
+
 from knowledgeops.ingest.parsers.base import Block
 
 BUFFER_CHARS = 24_000  # chars tokenised at a time; the tail is carried over to the next buffer
@@ -49,7 +51,6 @@ class HFTokenizer:
     """Adapter for a Hugging Face `tokenizers.Tokenizer`: no special tokens, no truncation."""
 
     def __init__(self, tokenizer: object) -> None:
-        from tokenizers import Tokenizer as _Tokenizer
 
         assert isinstance(tokenizer, _Tokenizer)
         tokenizer.no_truncation()

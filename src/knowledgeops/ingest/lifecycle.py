@@ -12,11 +12,11 @@ then fails as a PDF without text does.
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import update
 
-from knowledgeops.db.schema import documents, utcnow
+from knowledgeops.clock import utcnow
+from knowledgeops.db.engine import Tx
+from knowledgeops.db.schema import documents
 from knowledgeops.errors import PermanentError
 from knowledgeops.ingest.index.base import ChunkIndex
 from knowledgeops.ingest.parsers.pdf import NO_TEXT_MESSAGE
@@ -37,7 +37,7 @@ class DocumentLifecycle:
     def __init__(self, index: ChunkIndex) -> None:
         self.index = index
 
-    def on_transition(self, tx: Any, job: Job, new_status: JobStatus) -> None:
+    def on_transition(self, tx: Tx, job: Job, new_status: JobStatus) -> None:
         if new_status is JobStatus.RUNNING:
             # Every attempt writes its generation from scratch: rows an earlier attempt left
             # (chunked with settings that may have changed since) must not survive into it.

@@ -4,11 +4,10 @@ document-wide chunk limit the parts share (the pipeline runs them: ingest/pipeli
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from sqlalchemy import func, insert, select
 
-from knowledgeops.db.engine import Database
+from knowledgeops.db.engine import Database, Tx
 from knowledgeops.db.schema import ingest_jobs, job_parts
 from knowledgeops.errors import PermanentError, UserActionRequired
 
@@ -67,7 +66,7 @@ def plan(
     ]
 
 
-def record(tx: Any, ids: list[str], plans: list[PartPlan]) -> None:
+def record(tx: Tx, ids: list[str], plans: list[PartPlan]) -> None:
     """The plan of each part job, in the transaction that makes them (JobStore.split)."""
     tx.execute(
         insert(job_parts),
@@ -95,7 +94,7 @@ def load(db: Database, job_id: str) -> PartPlan:
     return PartPlan(*row)
 
 
-def check_document_chunks(tx: Any, parent_id: str, most: int) -> None:
+def check_document_chunks(tx: Tx, parent_id: str, most: int) -> None:
     """Refuse a split document whose parts have written more than `most` chunks in all
     (KOPS_MAX_CHUNKS_PER_DOCUMENT). The parts' counts are exact here: a part's report takes its
     job's row lock before it writes its own count (JobStore.report), this one's included."""

@@ -24,8 +24,8 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from knowledgeops.blobs import LocalBlobStore
-from knowledgeops.db.engine import Database
+from knowledgeops.db.blobs import LocalBlobStore
+from knowledgeops.db.engine import Database, Tx
 from knowledgeops.db.schema import datasets, documents
 from knowledgeops.errors import PermanentError
 from knowledgeops.ingest import pdf_parts
@@ -143,7 +143,7 @@ class IngestPipeline:
             return False
         document_id = ctx.job.document_id
 
-        def record(tx: Any, ids: list[str]) -> None:
+        def record(tx: Tx, ids: list[str]) -> None:
             pdf_parts.record(tx, ids, plans)
             tx.execute(
                 update(documents).where(documents.c.id == document_id).values(page_count=pages)
@@ -250,10 +250,10 @@ class IngestPipeline:
             counts.processed += len(batch)
             ctx.report(processed=counts.processed, work=self._writer(rows, ctx.job.parent_id))
 
-    def _writer(self, rows: list[IndexedChunk], parent_id: str | None) -> Callable[[Any], None]:
+    def _writer(self, rows: list[IndexedChunk], parent_id: str | None) -> Callable[[Tx], None]:
         most = self.limits.max_chunks
 
-        def write(tx: Any) -> None:
+        def write(tx: Tx) -> None:
             self.index.upsert(tx, rows)
             if parent_id is not None:  # a part: the limit is the whole document's
                 pdf_parts.check_document_chunks(tx, parent_id, most)
@@ -280,7 +280,7 @@ class IngestPipeline:
         )
 
     @staticmethod
-    def _record_pages(tx: Any, ctx: JobContext, pages: int | None) -> None:
+    def _record_pages(tx: Tx, ctx: JobContext, pages: int | None) -> None:
         if pages is not None:
             tx.execute(
                 update(documents)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 
+from amqp.exceptions import ChannelError, NotFound
 from celery import Celery
 from kombu.connection import Connection
 
@@ -117,7 +118,6 @@ def check_broker(app: Celery, timeout_s: float = SOCKET_TIMEOUT_S) -> None:
 def _queue_missing(exc: BaseException) -> bool:
     """A passive declare of a queue that does not exist: RabbitMQ answers 404 NOT_FOUND, and
     kombu's Redis transport raises the same channel error (an empty queue has no Redis key)."""
-    from amqp.exceptions import ChannelError, NotFound
 
     return isinstance(exc, NotFound) or (isinstance(exc, ChannelError) and "NOT_FOUND" in str(exc))
 

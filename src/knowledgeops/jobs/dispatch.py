@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from knowledgeops.errors import PublishError
 
-class PublishError(Exception):
-    """The broker did not take the message; the outbox row stays unpublished and is tried again."""
+__all__ = ["Dispatcher", "PublishError"]
 
 
 class Dispatcher(Protocol):

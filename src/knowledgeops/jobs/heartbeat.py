@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from knowledgeops.jobs.model import Lease
-from knowledgeops.jobs.store import JobStore
+from knowledgeops.jobs.store import JobStore, LeaseLost
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,19 @@ class Heartbeat:
             log.warning("job %s: heartbeat found the lease lost", lease.job_id)
             self.drop(lease)
         return lost
+
+    def release_held(self) -> None:
+        """Give back every lease still held (the process is stopping): each job goes back to
+        the queue without spending an attempt, and its worker's next write is refused, so it
+        cannot finish it."""
+        for lease in self.held():
+            try:
+                self.store.release(lease, now=self.clock())
+                log.info("job %s: released at shutdown", lease.job_id)
+            except LeaseLost:
+                pass
+            except Exception:
+                log.warning("job %s: could not be released at shutdown", lease.job_id)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="kops-heartbeat", daemon=True)

@@ -1,32 +1,30 @@
 """`JobStore` in memory: the twin that unit tests run on, held to the SQL store's behaviour by the
-shared contract suite. Thread-safe; `tx` is ignored (the listener is given None)."""
+shared contract suite. The rules are `JobStore`'s (store.py); this supplies its primitives over
+dictionaries behind one lock, and a transaction is a snapshot that an exception puts back, so a
+refused change leaves nothing behind, as a rollback does. Thread-safe; there is no database, so
+`tx` is None wherever one is handed on (a listener, a handler's work).
+"""
 
 from __future__ import annotations
 
 import itertools
 import threading
-import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from knowledgeops.jobs import states
-from knowledgeops.jobs.events import age, counted, failure_event, outcome_event, stage_event
-from knowledgeops.jobs.model import Failure, Job, JobMetrics, Lease, NewJob, OutboxItem
-from knowledgeops.jobs.parts import PART_KIND, PartState, part_budget, summed
-from knowledgeops.jobs.states import OPEN, Event, JobStatus, Stage
-from knowledgeops.jobs.store import (
-    Guard,
-    JobNotFound,
-    LeaseLost,
-    PartsWork,
-    TransitionListener,
-    Tx,
-    Work,
-)
-from knowledgeops.jobs.values import cancel_values, completed_values, failure_values
+from knowledgeops.db.engine import Tx
+from knowledgeops.jobs.model import Job, JobMetrics, Lease, OutboxItem
+from knowledgeops.jobs.parts import Summed
+from knowledgeops.jobs.records import age
+from knowledgeops.jobs.rows import Values
+from knowledgeops.jobs.states import OPEN, JobStatus
+from knowledgeops.jobs.store import JobStore, TransitionListener
+
+NO_TX = cast(Tx, None)  # what the twin hands where a database transaction would go
 
 
 @dataclass
@@ -40,89 +38,133 @@ class _OutboxRow:
     last_error: str | None = None
 
 
-class MemoryJobStore:
+class MemoryJobStore(JobStore):
     def __init__(self, listener: TransitionListener | None = None) -> None:
-        self.listener = listener
+        super().__init__(listener)
         self.jobs: dict[str, Job] = {}
         self.outbox: list[_OutboxRow] = []
+        self.events: list[dict[str, Any]] = []
+        self._stage_started_at: dict[str, datetime] = {}
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         self._publishing = threading.Lock()
-        self.events: list[dict[str, Any]] = []
-        self._stage_started: dict[str, datetime] = {}
 
-    # --- helpers --------------------------------------------------------------------------------
-    def _add_outbox(self, job_id: str, now: datetime, available_at: datetime) -> None:
-        self.outbox.append(_OutboxRow(next(self._ids), job_id, now, available_at))
-
-    def _move(self, job: Job, event: Event, now: datetime, **values: Any) -> Job:
-        new_status = states.target(job.status, event)
-        moved = replace(job, status=new_status, version=job.version + 1, updated_at=now, **values)
-        if job.parent_id is not None:
-            self.jobs[job.id] = moved
+    # --- transactions ---------------------------------------------------------------------------
+    @contextmanager
+    def _write(self) -> Iterator[Tx]:
+        with self._lock:
+            saved = (
+                dict(self.jobs),
+                [replace(row) for row in self.outbox],
+                list(self.events),
+                dict(self._stage_started_at),
+            )
             try:
-                self._part_moved(moved, now)
-            except BaseException:  # the parent's listener refused: as if nothing happened
-                self.jobs[job.id] = job
+                yield NO_TX
+            except BaseException:
+                self.jobs, self.outbox, self.events, self._stage_started_at = saved
                 raise
-            return self.jobs[job.id]
-        if self.listener is not None:  # first: it may refuse, and then nothing has changed
-            self.listener.on_transition(None, job, new_status)
-        self.jobs[job.id] = moved
-        if new_status in (JobStatus.FAILED, JobStatus.CANCELLED):
-            self._cancel_parts(job.id, now)
-        return moved
 
-    def _record(self, job: Job, rows: list[dict[str, Any]]) -> None:
-        self.events += counted(job, rows)
+    @contextmanager
+    def _read(self) -> Iterator[Tx]:
+        with self._lock:
+            yield NO_TX
 
-    # --- parts (jobs/parts.py) ------------------------------------------------------------------
-    def _parts(self, parent_id: str) -> list[Job]:
-        return [j for j in self.jobs.values() if j.parent_id == parent_id]
+    @contextmanager
+    def _joined(self, tx: Tx | None) -> Iterator[Tx]:
+        with self._write() as conn:  # a caller's `tx` means nothing here
+            yield conn
 
-    def _part_moved(self, part: Job, now: datetime) -> None:
-        assert part.parent_id is not None
-        parent = self.jobs.get(part.parent_id)
-        if parent is None or parent.status is not JobStatus.RUNNING:
-            return
-        if part.status is JobStatus.FAILED:
-            failure = Failure(
-                part.error or "a part of this job failed",
-                part.error_code or "part_failed",
-                part.error_category or "permanent",
-                part.retryable,
-            )
-            self._move(parent, Event.FAIL, now, **failure_values(failure, now, None))
-            self.events.append(failure_event(parent, failure, now, None))
-            return
-        if part.status is JobStatus.CANCELLED:
-            self._move(parent, Event.CANCEL, now, **cancel_values(now))
-            self.events.append(outcome_event(parent, "cancelled", now))
-            return
-        parts = self._parts(parent.id)
-        if all(p.status is JobStatus.COMPLETED for p in parts):
-            written = sum(p.processed_chunks for p in parts)
-            self._move(
-                parent,
-                Event.COMPLETE,
-                now,
-                total_chunks=written,
-                processed_chunks=written,
-                heartbeat_at=now,
-                **completed_values(now),
-            )
-            self.events.append(outcome_event(parent, "completed", now))
-            return
-        self._refresh_parent(parent.id, now)
+    # --- primitives -----------------------------------------------------------------------------
+    def _load(self, tx: Tx, job_id: str) -> Job | None:
+        return self.jobs.get(job_id)
 
-    def _refresh_parent(self, parent_id: str, now: datetime) -> None:
+    def _load_by_key(self, tx: Tx, key: str) -> Job | None:
+        return next((j for j in self.jobs.values() if j.idempotency_key == key), None)
+
+    def _stage_started(self, tx: Tx, job_id: str) -> datetime | None:
+        return self._stage_started_at.get(job_id)
+
+    def _insert(self, tx: Tx, jobs: Sequence[Job]) -> None:
+        for job in jobs:
+            if job.id in self.jobs:
+                raise ValueError(f"job {job.id} exists")
+            if job.idempotency_key and self._load_by_key(tx, job.idempotency_key):
+                raise ValueError(f"idempotency key {job.idempotency_key} is taken")
+            self.jobs[job.id] = job
+
+    def _apply(self, job: Job, values: Values) -> None:
+        changes = dict(values)
+        started = changes.pop("stage_started_at", None)
+        if started is not None:
+            self._stage_started_at[job.id] = started
+        self.jobs[job.id] = replace(job, version=job.version + 1, **changes)
+
+    def _set(
+        self,
+        tx: Tx,
+        job: Job,
+        values: Values,
+        *,
+        lease: Lease | None,
+        silent_before: datetime | None,
+    ) -> bool:
+        current = self.jobs.get(job.id)
+        if current is None or (current.status, current.version) != (job.status, job.version):
+            return False
+        if lease is not None and (current.lease_owner, current.attempt) != (
+            lease.owner,
+            lease.attempt,
+        ):
+            return False
+        if silent_before is not None and not self._silent(current, silent_before):
+            return False
+        self._apply(current, values)
+        return True
+
+    def _held(self, lease: Lease) -> Job | None:
+        job = self.jobs.get(lease.job_id)
+        if (
+            job is None
+            or job.status is not JobStatus.RUNNING
+            or job.lease_owner != lease.owner
+            or job.attempt != lease.attempt
+        ):
+            return None
+        return job
+
+    def _update_held(self, tx: Tx, lease: Lease, values: Values) -> bool:
+        job = self._held(lease)
+        if job is not None:
+            self._apply(job, values)
+        return job is not None
+
+    def _beat(self, tx: Tx, lease: Lease, now: datetime) -> bool:
+        job = self._held(lease)
+        if job is not None:
+            self.jobs[job.id] = replace(job, heartbeat_at=now)
+        return job is not None
+
+    def _lock_parent(self, tx: Tx, parent_id: str | None) -> None:
+        """Nothing to lock: one lock guards every row."""
+
+    def _lock_for_rescue(self, tx: Tx, job_id: str) -> bool:
+        return True
+
+    def _parts(self, tx: Tx, parent_id: str) -> list[Job]:
+        return sorted((j for j in self.jobs.values() if j.parent_id == parent_id), key=_id)
+
+    def _waiting_on_parts(self, job: Job) -> bool:
+        return any(p.status in OPEN for p in self._parts(NO_TX, job.id))
+
+    def _silent(self, job: Job, stale_before: datetime) -> bool:
+        stale = job.heartbeat_at is None or job.heartbeat_at < stale_before
+        return stale and not self._waiting_on_parts(job)
+
+    def _show_progress(self, tx: Tx, parent_id: str, sums: Summed, now: datetime) -> None:
         parent = self.jobs.get(parent_id)
         if parent is None or parent.status is not JobStatus.RUNNING or parent.lease_owner:
             return
-        sums = summed(
-            PartState(p.status, p.stage, p.total_chunks, p.processed_chunks)
-            for p in self._parts(parent_id)
-        )
         self.jobs[parent_id] = replace(
             parent,
             stage=sums.stage,
@@ -132,295 +174,25 @@ class MemoryJobStore:
             updated_at=now,
         )
 
-    def _cancel_parts(self, parent_id: str, now: datetime) -> None:
-        for part in sorted(self._parts(parent_id), key=lambda p: p.id):
-            if part.status in OPEN:
-                self._move(part, Event.CANCEL, now, **cancel_values(now))
+    def _delete_parts(self, tx: Tx, parent_id: str) -> None:
+        for part in self._parts(tx, parent_id):
+            del self.jobs[part.id]
+        self.outbox = [row for row in self.outbox if row.job_id in self.jobs]
 
-    def _waiting_on_parts(self, job: Job) -> bool:
-        return any(p.status in OPEN for p in self._parts(job.id))
+    def _add_outbox(self, tx: Tx, job_id: str, now: datetime, available_at: datetime) -> None:
+        self.outbox.append(_OutboxRow(next(self._ids), job_id, now, available_at))
 
-    def _held(self, lease: Lease) -> Job:
-        job = self.jobs.get(lease.job_id)
-        if (
-            job is None
-            or job.status is not JobStatus.RUNNING
-            or job.lease_owner != lease.owner
-            or job.attempt != lease.attempt
-        ):
-            raise LeaseLost(lease, job.status if job else None)
-        return job
+    def _add_events(self, tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
+        self.events += rows
 
-    def _existing(self, job_id: str) -> Job:
-        job = self.jobs.get(job_id)
-        if job is None:
-            raise JobNotFound(job_id)
-        return job
+    def _silent_running(self, tx: Tx, stale_before: datetime) -> list[tuple[str, str | None]]:
+        return [
+            (job.id, job.parent_id)
+            for job in self.jobs.values()
+            if job.status is JobStatus.RUNNING and self._silent(job, stale_before)
+        ]
 
-    # --- creating and reading -------------------------------------------------------------------
-    def add(self, new: NewJob, *, now: datetime, tx: Tx = None) -> Job:
-        with self._lock:
-            if new.id in self.jobs:
-                raise ValueError(f"job {new.id} exists")
-            if new.idempotency_key and self.find_by_idempotency_key(new.idempotency_key):
-                raise ValueError(f"idempotency key {new.idempotency_key} is taken")
-            job = Job(
-                id=new.id,
-                document_id=new.document_id,
-                dataset_id=new.dataset_id,
-                kind=new.kind,
-                generation=new.generation,
-                status=JobStatus.PENDING,
-                stage=Stage.QUEUED,
-                total_chunks=None,
-                processed_chunks=0,
-                error=None,
-                error_code=None,
-                error_category=None,
-                retryable=False,
-                attempt=0,
-                max_attempts=new.max_attempts,
-                run_after=None,
-                lease_owner=None,
-                heartbeat_at=None,
-                started_at=None,
-                finished_at=None,
-                version=1,
-                idempotency_key=new.idempotency_key,
-                created_at=now,
-                updated_at=now,
-            )
-            self.jobs[job.id] = job
-            self._add_outbox(job.id, now, now)
-            return job
-
-    def get(self, job_id: str) -> Job | None:
-        with self._lock:
-            return self.jobs.get(job_id)
-
-    def find_by_idempotency_key(self, key: str) -> Job | None:
-        with self._lock:
-            return next((j for j in self.jobs.values() if j.idempotency_key == key), None)
-
-    # --- a worker's writes ----------------------------------------------------------------------
-    def claim(self, job_id: str, owner: str, *, now: datetime) -> Lease | None:
-        with self._lock:
-            job = self.jobs.get(job_id)
-            if job is None or job.status not in states.sources(Event.CLAIM):
-                return None
-            if not job.is_due(now):
-                return None
-            attempt = job.attempt + 1
-            self._move(
-                job,
-                Event.CLAIM,
-                now,
-                attempt=attempt,
-                lease_owner=owner,
-                heartbeat_at=now,
-                started_at=now,
-                finished_at=None,
-                stage=Stage.QUEUED,
-                total_chunks=None,
-                processed_chunks=0,
-                run_after=None,
-            )
-            self._stage_started[job_id] = now
-            return Lease(job_id, owner, attempt, job.parent_id)
-
-    def report(
-        self,
-        lease: Lease,
-        *,
-        now: datetime,
-        stage: Stage | None = None,
-        total: int | None = None,
-        processed: int | None = None,
-        work: Work | None = None,
-    ) -> None:
-        with self._lock:
-            job = self._held(lease)
-            if work is not None:
-                work(None)
-            if stage is not None and stage is not job.stage:
-                started = self._stage_started.get(job.id)
-                self.events += stage_event(job.id, job.stage.value, started, now)
-                self._stage_started[job.id] = now
-            self.jobs[job.id] = replace(
-                job,
-                heartbeat_at=now,
-                updated_at=now,
-                version=job.version + 1,
-                stage=stage if stage is not None else job.stage,
-                total_chunks=total if total is not None else job.total_chunks,
-                processed_chunks=processed if processed is not None else job.processed_chunks,
-            )
-            if lease.parent_id is not None:
-                self._refresh_parent(lease.parent_id, now)
-
-    def heartbeat(self, leases: Sequence[Lease], *, now: datetime) -> list[Lease]:
-        lost = []
-        with self._lock:
-            for lease in leases:
-                try:
-                    job = self._held(lease)
-                except LeaseLost:
-                    lost.append(lease)
-                    continue
-                self.jobs[job.id] = replace(job, heartbeat_at=now)
-        return lost
-
-    def complete(self, lease: Lease, *, now: datetime) -> Job:
-        with self._lock:
-            job = self._held(lease)
-            moved = self._move(job, Event.COMPLETE, now, **completed_values(now))
-            self._record(
-                job,
-                [
-                    *stage_event(job.id, job.stage.value, self._stage_started.get(job.id), now),
-                    outcome_event(job, "completed", now),
-                ],
-            )
-            return moved
-
-    def fail(
-        self, lease: Lease, failure: Failure, *, now: datetime, retry_at: datetime | None
-    ) -> Job:
-        with self._lock:
-            job = self._held(lease)
-            return self._fail(job, failure, now, retry_at)
-
-    def _fail(self, job: Job, failure: Failure, now: datetime, retry_at: datetime | None) -> Job:
-        event = Event.FAIL if retry_at is None else Event.RETRY_LATER
-        moved = self._move(job, event, now, **failure_values(failure, now, retry_at))
-        self._record(job, [failure_event(job, failure, now, retry_at)])
-        if retry_at is not None:
-            self._add_outbox(job.id, now, retry_at)
-        return moved
-
-    def release(self, lease: Lease, *, now: datetime) -> Job:
-        with self._lock:
-            job = self._held(lease)
-            moved = self._move(
-                job,
-                Event.RETRY_LATER,
-                now,
-                attempt=job.attempt - 1,
-                lease_owner=None,
-                run_after=now,
-                stage=Stage.QUEUED,
-            )
-            self._add_outbox(job.id, now, now)
-            return moved
-
-    def split(self, lease: Lease, parts: int, *, now: datetime, work: PartsWork) -> list[str]:
-        if parts < 1:
-            raise ValueError("a job splits into one part or more")
-        with self._lock:
-            job = self._held(lease)
-            self.events += stage_event(
-                job.id, job.stage.value, self._stage_started.get(job.id), now
-            )
-            self._stage_started[job.id] = now
-            job = replace(
-                job,
-                lease_owner=None,
-                stage=Stage.PARSING,
-                total_chunks=None,
-                processed_chunks=0,
-                heartbeat_at=now,
-                updated_at=now,
-                version=job.version + 1,
-            )
-            self.jobs[job.id] = job
-            for old in self._parts(job.id):
-                del self.jobs[old.id]
-            self.outbox = [r for r in self.outbox if r.job_id in self.jobs]
-            ids = [str(uuid.uuid4()) for _ in range(parts)]
-            budget = part_budget(job.max_attempts, job.attempt)
-            for part_id in ids:
-                self.jobs[part_id] = replace(
-                    job,
-                    id=part_id,
-                    parent_id=job.id,
-                    kind=PART_KIND,
-                    status=JobStatus.PENDING,
-                    stage=Stage.QUEUED,
-                    attempt=0,
-                    max_attempts=budget,
-                    heartbeat_at=None,
-                    started_at=None,
-                    finished_at=None,
-                    run_after=None,
-                    version=1,
-                    idempotency_key=None,
-                    created_at=now,
-                    error=None,
-                    error_code=None,
-                    error_category=None,
-                    retryable=False,
-                )
-                self._add_outbox(part_id, now, now)
-            work(None, ids)
-            return ids
-
-    # --- operator actions -----------------------------------------------------------------------
-    def cancel(self, job_id: str, *, now: datetime) -> Job:
-        with self._lock:
-            job = self._existing(job_id)
-            moved = self._move(job, Event.CANCEL, now, **cancel_values(now))
-            self._record(job, [outcome_event(job, "cancelled", now)])
-            return moved
-
-    def requeue(
-        self, job_id: str, *, now: datetime, extra_attempts: int, guard: Guard | None = None
-    ) -> Job:
-        with self._lock:
-            job = self._existing(job_id)
-            if guard is not None:
-                guard(None, job)
-            moved = self._move(
-                job,
-                Event.REQUEUE,
-                now,
-                max_attempts=job.attempt + extra_attempts,
-                stage=Stage.QUEUED,
-                finished_at=None,
-                run_after=now,
-                error=None,
-                error_code=None,
-                error_category=None,
-                retryable=False,
-                total_chunks=None,
-                processed_chunks=0,
-            )
-            self._add_outbox(job_id, now, now)
-            return moved
-
-    # --- the relay's scans ----------------------------------------------------------------------
-    def rescue_stale(
-        self,
-        *,
-        stale_before: datetime,
-        now: datetime,
-        failure: Failure,
-        retry_at: Callable[[Job], datetime | None],
-    ) -> list[Job]:
-        with self._lock:
-            stale = [
-                j
-                for j in self.jobs.values()
-                if j.status is JobStatus.RUNNING
-                and (j.heartbeat_at is None or j.heartbeat_at < stale_before)
-                and not self._waiting_on_parts(j)
-            ]
-            rescued = []
-            for job in stale:
-                current = self.jobs.get(job.id)  # an earlier rescue's part may have ended it
-                if current is not None and current.status is JobStatus.RUNNING:
-                    rescued.append(self._fail(current, failure, now, retry_at(current)))
-            return rescued
-
+    # --- the outbox and the figures -------------------------------------------------------------
     def due_outbox(self, *, now: datetime, limit: int) -> list[OutboxItem]:
         with self._lock:
             due = [r for r in self.outbox if r.published_at is None and r.available_at <= now]
@@ -474,7 +246,7 @@ class MemoryJobStore:
                 and j.id not in recent
             ]
             for job_id in runnable:
-                self._add_outbox(job_id, now, now)
+                self._add_outbox(NO_TX, job_id, now, now)
             return len(runnable)
 
     def prune_outbox(self, *, published_before: datetime) -> int:
@@ -527,3 +299,7 @@ class MemoryJobStore:
                 return 0, 0.0
             oldest = min(r.available_at for r in due)
             return len(due), max(0.0, (now - oldest).total_seconds())
+
+
+def _id(job: Job) -> str:
+    return job.id

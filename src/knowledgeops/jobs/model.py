@@ -18,6 +18,35 @@ class NewJob:
     kind: str = "ingest"
     idempotency_key: str | None = None
 
+    def pending(self, now: datetime) -> Job:
+        """The job as it is added: pending, queued, no attempt yet."""
+        return Job(
+            id=self.id,
+            document_id=self.document_id,
+            dataset_id=self.dataset_id,
+            kind=self.kind,
+            generation=self.generation,
+            status=JobStatus.PENDING,
+            stage=Stage.QUEUED,
+            total_chunks=None,
+            processed_chunks=0,
+            error=None,
+            error_code=None,
+            error_category=None,
+            retryable=False,
+            attempt=0,
+            max_attempts=self.max_attempts,
+            run_after=None,
+            lease_owner=None,
+            heartbeat_at=None,
+            started_at=None,
+            finished_at=None,
+            version=1,
+            idempotency_key=self.idempotency_key,
+            created_at=now,
+            updated_at=now,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Job:

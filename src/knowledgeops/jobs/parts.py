@@ -12,9 +12,11 @@ the job, or one of its parts, cancels them all.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
 
+from knowledgeops.jobs.model import Job
 from knowledgeops.jobs.states import JobStatus, Stage
 
 PART_KIND = "part"
@@ -56,3 +58,37 @@ def part_budget(max_attempts: int, attempt: int) -> int:
     """Attempts each part of a job may use: what the job had left when it split (its own
     current attempt included)."""
     return max(max_attempts - attempt + 1, 1)
+
+
+def progress(parts: Sequence[Job]) -> Summed:
+    """What a job waiting on `parts` shows."""
+    return summed(PartState(p.status, p.stage, p.total_chunks, p.processed_chunks) for p in parts)
+
+
+def new_part(job: Job, part_id: str, budget: int, now: datetime) -> Job:
+    """A new pending part of `job` (which has just split), with `budget` attempts."""
+    return replace(
+        job,
+        id=part_id,
+        parent_id=job.id,
+        kind=PART_KIND,
+        status=JobStatus.PENDING,
+        stage=Stage.QUEUED,
+        attempt=0,
+        max_attempts=budget,
+        lease_owner=None,
+        heartbeat_at=None,
+        started_at=None,
+        finished_at=None,
+        run_after=None,
+        version=1,
+        idempotency_key=None,
+        created_at=now,
+        updated_at=now,
+        total_chunks=None,
+        processed_chunks=0,
+        error=None,
+        error_code=None,
+        error_category=None,
+        retryable=False,
+    )

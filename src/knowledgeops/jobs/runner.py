@@ -14,6 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
+from knowledgeops.errors import WorkerStopping
 from knowledgeops.jobs import faults
 from knowledgeops.jobs.classify import classify
 from knowledgeops.jobs.heartbeat import Heartbeat
@@ -33,10 +34,6 @@ class Outcome(StrEnum):
     LOST = "lost"  # the lease was lost mid-way (cancelled, rescued, deleted)
     RELEASED = "released"  # given back because the worker is stopping
     SPLIT = "split"  # handed to part jobs, which complete it (JobStore.split)
-
-
-class WorkerStopping(Exception):
-    """The worker is shutting down; the job goes back to the queue without using an attempt."""
 
 
 class JobContext:

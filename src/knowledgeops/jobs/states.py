@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from knowledgeops.errors import Conflict
+from knowledgeops.errors import InvalidTransition
 
 
 class JobStatus(StrEnum):
@@ -60,12 +60,6 @@ TRANSITIONS: dict[tuple[JobStatus, Event], JobStatus] = {
 
 TERMINAL = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED})
 OPEN = frozenset({S.PENDING, S.RUNNING, S.RETRYING})
-
-
-class InvalidTransition(Conflict):
-    """The job is not in a state that allows this."""
-
-    code = "invalid_transition"
 
 
 def sources(event: Event) -> frozenset[JobStatus]:

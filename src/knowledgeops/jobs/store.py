@@ -1,29 +1,55 @@
-"""The job store protocol: every read and write the jobs core makes, on any database.
+"""The job store: every read and write the jobs core makes, with its rules written once.
 
-Two implementations keep each other honest through one contract test suite
-(tests/contract/test_job_store.py): `SqlJobStore` (SQLite, PostgreSQL) and `MemoryJobStore`.
+`JobStore` holds the rules: which transition is allowed (states.py), compare-and-set retried a few
+times from a fresh read, the fences of a worker's lease, the record each change leaves
+(records.py) and what a split job's parts do to it (parts.py). Its two subclasses supply only the
+narrowest primitives, each one plain read or write of job, outbox and event rows in a
+transaction, plus the relay's and /metrics' queries:
 
-`tx` arguments are the caller's open transaction (a SQLAlchemy `Connection` for the SQL store,
-ignored by the in-memory one): a job is added in the same transaction as the business rows that
-need it (the transactional outbox), and a worker's writes commit with its progress or not at all.
+    SqlJobStore     SQLAlchemy Core, the same statements on SQLite and PostgreSQL (sql_store.py)
+    MemoryJobStore  dictionaries behind a lock, a snapshot per transaction (memory_store.py): the
+                    twin the unit tests run on
+
+One contract suite keeps the two honest (tests/contract/test_job_store.py, test_job_parts.py).
+
+`tx` arguments are the caller's open transaction (`db.engine.Tx`; None on the in-memory twin): a
+job is added in the same transaction as the business rows that need it (the transactional
+outbox), and a worker's writes commit with its progress or not at all.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from knowledgeops.jobs.model import Failure, Job, JobMetrics, Lease, NewJob, OutboxItem
-from knowledgeops.jobs.states import JobStatus, Stage
+from knowledgeops.db.engine import Tx
+from knowledgeops.errors import InvalidTransition, JobNotFound, JobStateError
+from knowledgeops.jobs import states
+from knowledgeops.jobs.model import Failure, Job, Lease, NewJob
+from knowledgeops.jobs.parts import new_part, part_budget, progress
+from knowledgeops.jobs.records import (
+    cancel_values,
+    completed_values,
+    counted,
+    failure_event,
+    failure_values,
+    outcome_event,
+    stage_event,
+)
+from knowledgeops.jobs.rows import JobRows, Values
+from knowledgeops.jobs.states import OPEN, Event, JobStatus, Stage
 
-Tx = Any  # the store's transaction handle; opaque to the jobs core
+__all__ = ["Guard", "JobNotFound", "JobStore", "LeaseLost", "PartsWork", "TransitionListener"]
+
 Work = Callable[[Tx], None]
 PartsWork = Callable[[Tx, list[str]], None]
 Guard = Callable[[Tx, Job], None]
+CAS_TRIES = 5
 
 
-class LeaseLost(Exception):
+class LeaseLost(JobStateError):
     """The worker no longer holds this attempt of the job: it was cancelled, rescued or deleted.
 
     The worker must stop and write nothing more for it.
@@ -33,11 +59,10 @@ class LeaseLost(Exception):
         self.lease = lease
         self.status = status
         shown = status or "deleted"
-        super().__init__(f"job {lease.job_id} attempt {lease.attempt}: lease lost (now {shown})")
-
-
-class JobNotFound(LookupError):
-    """No job has this id."""
+        super().__init__(
+            f"job {lease.job_id} attempt {lease.attempt}: lease lost (now {shown})",
+            code="lease_lost",
+        )
 
 
 class TransitionListener(Protocol):
@@ -48,20 +73,52 @@ class TransitionListener(Protocol):
     def on_transition(self, tx: Tx, job: Job, new_status: JobStatus) -> None: ...
 
 
-class JobStore(Protocol):
+class JobStore(JobRows):
+    def __init__(self, listener: TransitionListener | None = None) -> None:
+        self.listener = listener
+
     # --- creating and reading -------------------------------------------------------------------
-    def add(self, new: NewJob, *, now: datetime, tx: Tx = None) -> Job:
+    def add(self, new: NewJob, *, now: datetime, tx: Tx | None = None) -> Job:
         """Insert a pending job and its outbox row, in `tx` when given."""
-        ...
+        job = new.pending(now)
+        with self._joined(tx) as conn:
+            self._insert(conn, [job])
+            self._add_outbox(conn, job.id, now, now)
+            return self._reload(conn, job.id)
 
-    def get(self, job_id: str) -> Job | None: ...
+    def get(self, job_id: str) -> Job | None:
+        with self._read() as tx:
+            return self._load(tx, job_id)
 
-    def find_by_idempotency_key(self, key: str) -> Job | None: ...
+    def find_by_idempotency_key(self, key: str) -> Job | None:
+        with self._read() as tx:
+            return self._load_by_key(tx, key)
 
     # --- a worker's writes (fenced by its lease) ------------------------------------------------
     def claim(self, job_id: str, owner: str, *, now: datetime) -> Lease | None:
         """pending, or retrying and due → running with attempt + 1; None if someone else won."""
-        ...
+        with self._write() as tx:
+            job = self._load(tx, job_id)
+            if job is None or job.status not in states.sources(Event.CLAIM):
+                return None
+            if not job.is_due(now):
+                return None
+            attempt = job.attempt + 1
+            values: Values = {
+                "attempt": attempt,
+                "lease_owner": owner,
+                "heartbeat_at": now,
+                "started_at": now,
+                "finished_at": None,
+                "stage": Stage.QUEUED,
+                "stage_started_at": now,
+                "total_chunks": None,
+                "processed_chunks": 0,
+                "run_after": None,
+            }
+            if not self._move(tx, job, Event.CLAIM, now, values):
+                return None
+            return Lease(job_id, owner, attempt, job.parent_id)
 
     def report(
         self,
@@ -74,23 +131,75 @@ class JobStore(Protocol):
         work: Work | None = None,
     ) -> None:
         """Record progress, and run `work` in the same transaction; LeaseLost if not held."""
-        ...
+        values: Values = {"heartbeat_at": now, "updated_at": now}
+        if stage is not None:
+            values["stage"] = stage
+        if total is not None:
+            values["total_chunks"] = total
+        if processed is not None:
+            values["processed_chunks"] = processed
+        with self._write() as tx:
+            self._lock_parent(tx, lease.parent_id)
+            ended: list[dict[str, Any]] = []  # the stage this report leaves, if it leaves one
+            before = self._load(tx, lease.job_id) if stage is not None else None
+            if before is not None and before.stage is not stage:
+                started = self._stage_started(tx, lease.job_id)
+                ended = stage_event(lease.job_id, before.stage.value, started, now)
+                values["stage_started_at"] = now
+            self._hold(tx, lease, values)
+            self._add_events(tx, ended)
+            if work is not None:
+                work(tx)
+            if lease.parent_id is not None:
+                self._refresh_parent(tx, lease.parent_id, now)
 
     def heartbeat(self, leases: Sequence[Lease], *, now: datetime) -> list[Lease]:
         """Refresh heartbeats; returns the leases that are no longer held."""
-        ...
+        with self._write() as tx:
+            return [lease for lease in leases if not self._beat(tx, lease, now)]
 
-    def complete(self, lease: Lease, *, now: datetime) -> Job: ...
+    def complete(self, lease: Lease, *, now: datetime) -> Job:
+        return self._transition(
+            lease.job_id,
+            Event.COMPLETE,
+            now,
+            lambda job: completed_values(now),
+            lease=lease,
+            events=lambda job, started: [
+                *stage_event(job.id, job.stage.value, started, now),
+                outcome_event(job, "completed", now),
+            ],
+        )
 
     def fail(
         self, lease: Lease, failure: Failure, *, now: datetime, retry_at: datetime | None
     ) -> Job:
         """running → retrying (when `retry_at` is given) or failed."""
-        ...
+        return self._transition(
+            lease.job_id,
+            Event.FAIL if retry_at is None else Event.RETRY_LATER,
+            now,
+            lambda job: failure_values(failure, now, retry_at),
+            lease=lease,
+            outbox_at=lambda job: retry_at,
+            events=lambda job, _: [failure_event(job, failure, now, retry_at)],
+        )
 
     def release(self, lease: Lease, *, now: datetime) -> Job:
         """Give the job back (worker shutting down): retrying now, this attempt not counted."""
-        ...
+        return self._transition(
+            lease.job_id,
+            Event.RETRY_LATER,
+            now,
+            lambda job: {
+                "attempt": job.attempt - 1,
+                "lease_owner": None,
+                "run_after": now,
+                "stage": Stage.QUEUED,
+            },
+            lease=lease,
+            outbox_at=lambda job: now,
+        )
 
     def split(self, lease: Lease, parts: int, *, now: datetime, work: PartsWork) -> list[str]:
         """Hand the job's work to `parts` new part jobs (kind "part", pending, each with its
@@ -100,19 +209,69 @@ class JobStore(Protocol):
         that fails for good fails it and cancels the rest, cancelling it (or a part) cancels
         all. Parts an earlier attempt made are deleted. The listener is not told of parts'
         transitions, only of the job's. LeaseLost if not held."""
-        ...
+        if parts < 1:
+            raise ValueError("a job splits into one part or more")
+        with self._write() as tx:
+            before = self._load(tx, lease.job_id)
+            started = self._stage_started(tx, lease.job_id)
+            values: Values = {
+                "lease_owner": None,
+                "stage": Stage.PARSING,
+                "stage_started_at": now,
+                "total_chunks": None,
+                "processed_chunks": 0,
+                "heartbeat_at": now,
+                "updated_at": now,
+            }
+            self._hold(tx, lease, values)
+            assert before is not None
+            job = self._reload(tx, lease.job_id)
+            self._add_events(tx, stage_event(job.id, before.stage.value, started, now))
+            self._delete_parts(tx, job.id)  # an earlier attempt's
+            ids = [str(uuid.uuid4()) for _ in range(parts)]
+            budget = part_budget(job.max_attempts, job.attempt)
+            self._insert(tx, [new_part(job, part_id, budget, now) for part_id in ids])
+            for part_id in ids:
+                self._add_outbox(tx, part_id, now, now)
+            work(tx, ids)
+            return ids
 
     # --- operator actions -----------------------------------------------------------------------
-    def cancel(self, job_id: str, *, now: datetime) -> Job: ...
+    def cancel(self, job_id: str, *, now: datetime) -> Job:
+        return self._transition(
+            job_id,
+            Event.CANCEL,
+            now,
+            lambda job: cancel_values(now),
+            events=lambda job, _: [outcome_event(job, "cancelled", now)],
+        )
 
     def requeue(
         self, job_id: str, *, now: datetime, extra_attempts: int, guard: Guard | None = None
     ) -> Job:
         """failed | cancelled → pending, with `extra_attempts` more attempts allowed. `guard`
         runs in the same transaction first and may raise to refuse."""
-        ...
+        return self._transition(
+            job_id,
+            Event.REQUEUE,
+            now,
+            lambda job: {
+                "max_attempts": job.attempt + extra_attempts,
+                "stage": Stage.QUEUED,
+                "finished_at": None,
+                "run_after": now,  # due now; also where its wait for a worker starts
+                "error": None,
+                "error_code": None,
+                "error_category": None,
+                "retryable": False,
+                "total_chunks": None,
+                "processed_chunks": 0,
+            },
+            outbox_at=lambda job: now,
+            guard=guard,
+        )
 
-    # --- the relay's scans ----------------------------------------------------------------------
+    # --- the relay's scan of lost workers ------------------------------------------------------
     def rescue_stale(
         self,
         *,
@@ -121,37 +280,155 @@ class JobStore(Protocol):
         failure: Failure,
         retry_at: Callable[[Job], datetime | None],
     ) -> list[Job]:
-        """Running jobs whose heartbeat is older than `stale_before` → retrying or failed."""
-        ...
+        """Running jobs whose heartbeat is older than `stale_before` → retrying or failed. A job
+        waiting on its parts is not lost (no worker holds it), nor is one a frozen worker still
+        holds a lock on (PostgreSQL: it is looked at again on the next pass)."""
+        with self._read() as tx:
+            found = self._silent_running(tx, stale_before)
+        rescued = []
+        for job_id, parent_id in found:
+            with self._write() as tx:
+                self._lock_parent(tx, parent_id)
+                if not self._lock_for_rescue(tx, job_id):
+                    continue
+                job = self._load(tx, job_id)
+                if job is None or job.status is not JobStatus.RUNNING:
+                    continue
+                if job.heartbeat_at is not None and job.heartbeat_at >= stale_before:
+                    continue
+                when = retry_at(job)
+                event = Event.FAIL if when is None else Event.RETRY_LATER
+                values = failure_values(failure, now, when)
+                if self._move(tx, job, event, now, values, silent_before=stale_before):
+                    self._add_events(tx, counted(job, [failure_event(job, failure, now, when)]))
+                    if when is not None:
+                        self._add_outbox(tx, job_id, now, when)
+                    rescued.append(self._reload(tx, job_id))
+        return rescued
 
-    def due_outbox(self, *, now: datetime, limit: int) -> list[OutboxItem]: ...
+    # --- the rules, once ------------------------------------------------------------------------
+    def _transition(
+        self,
+        job_id: str,
+        event: Event,
+        now: datetime,
+        values: Callable[[Job], Values],
+        *,
+        lease: Lease | None = None,
+        outbox_at: Callable[[Job], datetime | None] | None = None,
+        guard: Guard | None = None,
+        events: Callable[[Job, datetime | None], Sequence[dict[str, Any]]] | None = None,
+    ) -> Job:
+        """Move the job by `event` from a fresh read, a few times if it changed meanwhile."""
+        for _ in range(CAS_TRIES):
+            with self._write() as tx:
+                job = self._load(tx, job_id)
+                if job is None:
+                    raise LeaseLost(lease, None) if lease is not None else JobNotFound(job_id)
+                if lease is not None and not _holds(job, lease):
+                    raise LeaseLost(lease, job.status)
+                if guard is not None:
+                    guard(tx, job)
+                started = self._stage_started(tx, job_id) if events is not None else None
+                if self._move(tx, job, event, now, values(job), lease=lease):
+                    if events is not None:
+                        self._add_events(tx, counted(job, events(job, started)))
+                    available = outbox_at(job) if outbox_at else None
+                    if available is not None:
+                        self._add_outbox(tx, job_id, now, available)
+                    return self._reload(tx, job_id)
+        raise InvalidTransition(f"job {job_id} kept changing; try again")
 
-    def mark_published(self, item_ids: Sequence[int], *, now: datetime) -> None: ...
+    def _move(
+        self,
+        tx: Tx,
+        job: Job,
+        event: Event,
+        now: datetime,
+        values: Values,
+        *,
+        lease: Lease | None = None,
+        silent_before: datetime | None = None,
+    ) -> bool:
+        """Move `job` by `event` if nobody changed it since it was read; tell the listener (or,
+        for a part, carry the change to its parent and siblings). False if it changed."""
+        new_status = states.target(job.status, event)
+        self._lock_parent(tx, job.parent_id)
+        changes = {"status": new_status, "updated_at": now, **values}
+        if not self._set(tx, job, changes, lease=lease, silent_before=silent_before):
+            return False
+        if job.parent_id is not None:
+            self._part_moved(tx, job, new_status, now)
+            return True
+        if self.listener is not None:
+            self.listener.on_transition(tx, job, new_status)
+        if new_status in (JobStatus.FAILED, JobStatus.CANCELLED):
+            self._cancel_parts(tx, job.id, now)
+        return True
 
-    def mark_publish_failed(self, item_id: int, error: str) -> None: ...
+    def _hold(self, tx: Tx, lease: Lease, values: Values) -> None:
+        if not self._update_held(tx, lease, values):
+            job = self._load(tx, lease.job_id)
+            raise LeaseLost(lease, job.status if job else None)
 
-    def publish_outbox(
-        self, *, now: datetime, limit: int, publish: Callable[[str], None]
-    ) -> tuple[int, str | None]:
-        """Hand due outbox rows to `publish` in id order and mark them published, all in one
-        transaction that holds the rows (FOR UPDATE SKIP LOCKED on PostgreSQL), so that two
-        relays never publish the same row. Stops at the first failure, which is recorded on its
-        row; returns (rows published, the failure's message or None)."""
-        ...
+    def _reload(self, tx: Tx, job_id: str) -> Job:
+        job = self._load(tx, job_id)
+        assert job is not None, f"job {job_id} vanished inside its own transaction"
+        return job
 
-    def requeue_unclaimed(self, *, published_before: datetime, now: datetime) -> int:
-        """A new outbox row for each runnable job whose last publish is older than the cutoff."""
-        ...
+    # --- parts (jobs/parts.py) ------------------------------------------------------------------
+    def _part_moved(self, tx: Tx, part: Job, new_status: JobStatus, now: datetime) -> None:
+        """What a part's move does to its parent: a part that fails for good fails it, one
+        cancelled cancels it, the last to complete completes it; else it shows the progress."""
+        assert part.parent_id is not None
+        parent = self._load(tx, part.parent_id)
+        if parent is None or parent.status is not JobStatus.RUNNING:
+            return
+        if new_status is JobStatus.FAILED:
+            failed = self._reload(tx, part.id)
+            failure = Failure(
+                failed.error or "a part of this job failed",
+                failed.error_code or "part_failed",
+                failed.error_category or "permanent",
+                failed.retryable,
+            )
+            if self._move(tx, parent, Event.FAIL, now, failure_values(failure, now, None)):
+                self._add_events(tx, [failure_event(parent, failure, now, None)])
+            return
+        if new_status is JobStatus.CANCELLED:
+            if self._move(tx, parent, Event.CANCEL, now, cancel_values(now)):
+                self._add_events(tx, [outcome_event(parent, "cancelled", now)])
+            return
+        parts = self._parts(tx, parent.id)
+        if new_status is JobStatus.COMPLETED and all(
+            p.status is JobStatus.COMPLETED for p in parts
+        ):
+            written = sum(p.processed_chunks for p in parts)
+            values = {
+                **completed_values(now),
+                "total_chunks": written,
+                "processed_chunks": written,
+                "heartbeat_at": now,
+            }
+            if self._move(tx, parent, Event.COMPLETE, now, values):
+                self._add_events(tx, [outcome_event(parent, "completed", now)])
+            return
+        self._show_progress(tx, parent.id, progress(parts), now)
 
-    def prune_outbox(self, *, published_before: datetime) -> int: ...
+    def _refresh_parent(self, tx: Tx, parent_id: str, now: datetime) -> None:
+        self._show_progress(tx, parent_id, progress(self._parts(tx, parent_id)), now)
 
-    def outbox_backlog(self, *, now: datetime) -> tuple[int, float]:
-        """(unpublished rows that are due, age in seconds of the oldest of them)."""
-        ...
+    def _cancel_parts(self, tx: Tx, parent_id: str, now: datetime) -> None:
+        """End the parts still at work of a job that failed or was cancelled, in id order (as
+        heartbeats take them: no lock cycle)."""
+        for part in sorted(self._parts(tx, parent_id), key=lambda p: p.id):
+            if part.status in OPEN:
+                self._move(tx, part, Event.CANCEL, now, cancel_values(now))
 
-    # --- metrics --------------------------------------------------------------------------------
-    def metrics(self, *, now: datetime) -> JobMetrics:
-        """Jobs by status, outbox backlog, waiting and heartbeat ages, outcome and stage
-        counters (every stage change, retry, failure, cancel and completion is recorded in the
-        transaction that makes it)."""
-        ...
+
+def _holds(job: Job, lease: Lease) -> bool:
+    return (
+        job.status is JobStatus.RUNNING
+        and job.lease_owner == lease.owner
+        and job.attempt == lease.attempt
+    )

@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable
 
 from knowledgeops.jobs.inprocess import InProcessQueue
+from knowledgeops.jobs.priority import lower_priority
 from knowledgeops.jobs.runner import Runner
-from knowledgeops.priority import lower_priority
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from sqlalchemy import Connection, func, select, text
 
-from knowledgeops.blobs import LocalBlobStore
+from knowledgeops.db.blobs import LocalBlobStore
 from knowledgeops.db.engine import Database
 from knowledgeops.db.schema import documents
 

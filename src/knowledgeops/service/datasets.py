@@ -13,9 +13,10 @@ from typing import Any
 from sqlalchemy import Connection, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
-from knowledgeops.blobs import LocalBlobStore
+from knowledgeops.clock import utcnow
+from knowledgeops.db.blobs import LocalBlobStore
 from knowledgeops.db.engine import Database
-from knowledgeops.db.schema import datasets, documents, ingest_jobs, utcnow
+from knowledgeops.db.schema import datasets, documents, ingest_jobs
 from knowledgeops.errors import Conflict, InvalidRequest, NotFound
 from knowledgeops.ingest.index.base import ChunkIndex
 from knowledgeops.service.blob_refs import unlink_unreferenced

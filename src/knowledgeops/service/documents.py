@@ -10,9 +10,10 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select, update
 
-from knowledgeops.blobs import LocalBlobStore
+from knowledgeops.clock import utcnow
+from knowledgeops.db.blobs import LocalBlobStore
 from knowledgeops.db.engine import Database
-from knowledgeops.db.schema import documents, ingest_jobs, utcnow
+from knowledgeops.db.schema import documents, ingest_jobs
 from knowledgeops.errors import Conflict, NotFound
 from knowledgeops.ingest.index.base import ChunkIndex
 from knowledgeops.jobs.model import NewJob

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, func, select
+from sqlalchemy import ColumnElement, func, select
 
-from knowledgeops.db.engine import Database
-from knowledgeops.db.schema import documents, ingest_jobs, utcnow
-from knowledgeops.errors import Conflict, NotFound
+from knowledgeops.clock import utcnow
+from knowledgeops.db.engine import Database, Tx
+from knowledgeops.db.schema import documents, ingest_jobs
+from knowledgeops.errors import Conflict, JobNotFound, NotFound
 from knowledgeops.jobs.model import Job
 from knowledgeops.jobs.states import OPEN, JobStatus
-from knowledgeops.jobs.store import JobNotFound, JobStore
+from knowledgeops.jobs.store import JobStore
 from knowledgeops.service.datasets import owned_datasets
 from knowledgeops.service.views import JobView, Page
 
@@ -97,7 +98,7 @@ class Jobs:
         return requeued
 
 
-def _latest_and_alone(tx: Connection, job: Job) -> None:
+def _latest_and_alone(tx: Tx, job: Job) -> None:
     """Only the document's newest job may run again, and only when no other job of it is open:
     an older generation completing later would replace newer content (DESIGN.md §5)."""
     latest = tx.execute(

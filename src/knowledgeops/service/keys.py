@@ -16,8 +16,9 @@ from datetime import datetime
 
 from sqlalchemy import func, insert, or_, select, update
 
+from knowledgeops.clock import utcnow
 from knowledgeops.db.engine import Database
-from knowledgeops.db.schema import api_keys, utcnow
+from knowledgeops.db.schema import api_keys
 from knowledgeops.errors import InvalidRequest, NotFound
 
 KEY_PREFIX = "kops_"

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from sqlalchemy import Connection, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from knowledgeops.blobs import StagedFile
+from knowledgeops.clock import utcnow
+from knowledgeops.db.blobs import LocalBlobStore, StagedFile
 from knowledgeops.db.engine import Database
-from knowledgeops.db.schema import documents, ingest_jobs, utcnow
+from knowledgeops.db.schema import documents, ingest_jobs
 from knowledgeops.errors import Conflict, InvalidRequest, TooManyRequests, UnsupportedMediaType
 from knowledgeops.ingest.parsers.base import ContentType
 from knowledgeops.ingest.parsers.sniff import describe_unsupported, sniff
@@ -30,6 +31,14 @@ from knowledgeops.service.blob_refs import lock_blob
 from knowledgeops.service.datasets import Datasets
 from knowledgeops.service.jobs import USER_JOBS, Jobs
 from knowledgeops.service.views import Accepted
+
+__all__ = [  # StagedFile too: what the API streams an upload's bytes into
+    "StagedFile",
+    "Uploads",
+    "check_idempotency_key",
+    "display_name",
+    "scoped_idempotency_key",
+]
 
 MAX_NAME = 255
 BACKLOG_RETRY_AFTER_S = 30  # s: what a refused upload is told to wait
@@ -88,18 +97,27 @@ class Uploads:
         store: JobStore,
         datasets: Datasets,
         jobs: Jobs,
+        blobs: LocalBlobStore,
         *,
         max_attempts: int,
         notify: Callable[[], None],
         max_waiting_jobs: int = 10_000,
+        max_upload_bytes: int,
     ) -> None:
         self.db = db
         self.store = store
         self.datasets = datasets
         self.jobs = jobs
+        self.blobs = blobs
         self.max_attempts = max_attempts
         self.notify = notify
         self.max_waiting_jobs = max_waiting_jobs
+        self.max_upload_bytes = max_upload_bytes
+
+    def stage(self) -> StagedFile:
+        """A file in the store's incoming folder for an upload's bytes, refused (413) once they
+        pass the upload limit; `accept` then records it or it is discarded."""
+        return self.blobs.stage(self.max_upload_bytes)
 
     def check_backlog(self) -> None:
         """Backpressure: refuse new uploads (429) while too many jobs wait for a worker, before

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Response
 
 from knowledgeops.api.auth import Tenant
-from knowledgeops.api.deps import DatasetId, Limit, PageNo, RuntimeDep
+from knowledgeops.api.deps import DatasetId, Limit, PageNo, ServiceDep
 from knowledgeops.api.schemas import (
     DatasetCreate,
     DatasetPublic,
@@ -25,17 +25,17 @@ DocumentStatus = Literal["pending", "processing", "ready", "failed", "cancelled"
 
 
 @router.get("", response_model=Listing[DatasetPublic], summary="List datasets, oldest first")
-def list_datasets(runtime: RuntimeDep, tenant: Tenant, page: PageNo = 1, limit: Limit = 20) -> Any:
-    return listing(runtime.datasets.list(tenant, page=page, limit=limit), DatasetPublic)
+def list_datasets(service: ServiceDep, tenant: Tenant, page: PageNo = 1, limit: Limit = 20) -> Any:
+    return listing(service.datasets.list(tenant, page=page, limit=limit), DatasetPublic)
 
 
 @router.post(
     "", response_model=DatasetPublic, status_code=201, responses=CONFLICT, summary="Create"
 )
 def create_dataset(
-    body: DatasetCreate, runtime: RuntimeDep, tenant: Tenant, response: Response
+    body: DatasetCreate, service: ServiceDep, tenant: Tenant, response: Response
 ) -> Any:
-    created = runtime.datasets.create(
+    created = service.datasets.create(
         tenant, body.name, body.description, body.chunk_size, body.chunk_overlap
     )
     response.headers["Location"] = f"/datasets/{created.id}"
@@ -43,8 +43,8 @@ def create_dataset(
 
 
 @router.get("/{dataset_id}", response_model=DatasetPublic, responses=NOT_FOUND, summary="Read")
-def get_dataset(dataset_id: DatasetId, runtime: RuntimeDep, tenant: Tenant) -> Any:
-    return runtime.datasets.get(tenant, dataset_id)
+def get_dataset(dataset_id: DatasetId, service: ServiceDep, tenant: Tenant) -> Any:
+    return service.datasets.get(tenant, dataset_id)
 
 
 @router.patch(
@@ -54,9 +54,9 @@ def get_dataset(dataset_id: DatasetId, runtime: RuntimeDep, tenant: Tenant) -> A
     summary="Update; new chunk settings apply to documents ingested or reindexed from now on",
 )
 def update_dataset(
-    dataset_id: DatasetId, body: DatasetUpdate, runtime: RuntimeDep, tenant: Tenant
+    dataset_id: DatasetId, body: DatasetUpdate, service: ServiceDep, tenant: Tenant
 ) -> Any:
-    return runtime.datasets.update(tenant, dataset_id, body.model_dump(exclude_unset=True))
+    return service.datasets.update(tenant, dataset_id, body.model_dump(exclude_unset=True))
 
 
 @router.delete(
@@ -65,8 +65,8 @@ def update_dataset(
     responses={**NOT_FOUND, **CONFLICT},
     summary="Delete the dataset with its documents, jobs and chunks",
 )
-def delete_dataset(dataset_id: DatasetId, runtime: RuntimeDep, tenant: Tenant) -> Response:
-    runtime.datasets.delete(tenant, dataset_id)
+def delete_dataset(dataset_id: DatasetId, service: ServiceDep, tenant: Tenant) -> Response:
+    service.datasets.delete(tenant, dataset_id)
     return Response(status_code=204)
 
 
@@ -78,12 +78,12 @@ def delete_dataset(dataset_id: DatasetId, runtime: RuntimeDep, tenant: Tenant) -
 )
 def list_documents(
     dataset_id: DatasetId,
-    runtime: RuntimeDep,
+    service: ServiceDep,
     tenant: Tenant,
     status: DocumentStatus | None = None,
     page: PageNo = 1,
     limit: Limit = 20,
 ) -> Any:
-    runtime.datasets.get(tenant, dataset_id)
-    found = runtime.documents.list(tenant, dataset_id, status=status, page=page, limit=limit)
+    service.datasets.get(tenant, dataset_id)
+    found = service.documents.list(tenant, dataset_id, status=status, page=page, limit=limit)
     return listing(found, DocumentPublic)

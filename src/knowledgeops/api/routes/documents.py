@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Response
 
 from knowledgeops.api.auth import Tenant
-from knowledgeops.api.deps import DocumentId, RuntimeDep
+from knowledgeops.api.deps import DocumentId, ServiceDep
 from knowledgeops.api.schemas import DocumentPublic, ErrorPublic, ReindexAccepted
 
 router = APIRouter(prefix="/docs/documents", tags=["documents"])
@@ -15,8 +15,8 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorPublic}}
 
 
 @router.get("/{document_id}", response_model=DocumentPublic, responses=NOT_FOUND, summary="Read")
-def get_document(document_id: DocumentId, runtime: RuntimeDep, tenant: Tenant) -> Any:
-    return runtime.documents.get(tenant, document_id)
+def get_document(document_id: DocumentId, service: ServiceDep, tenant: Tenant) -> Any:
+    return service.documents.get(tenant, document_id)
 
 
 @router.delete(
@@ -25,8 +25,8 @@ def get_document(document_id: DocumentId, runtime: RuntimeDep, tenant: Tenant) -
     responses=NOT_FOUND,
     summary="Delete the document; its chunks leave the index at once",
 )
-def delete_document(document_id: DocumentId, runtime: RuntimeDep, tenant: Tenant) -> Response:
-    runtime.documents.delete(tenant, document_id)
+def delete_document(document_id: DocumentId, service: ServiceDep, tenant: Tenant) -> Response:
+    service.documents.delete(tenant, document_id)
     return Response(status_code=204)
 
 
@@ -38,8 +38,8 @@ def delete_document(document_id: DocumentId, runtime: RuntimeDep, tenant: Tenant
     summary="Process the document again as a new generation (the current one stays searchable)",
 )
 def reindex_document(
-    document_id: DocumentId, runtime: RuntimeDep, tenant: Tenant, response: Response
+    document_id: DocumentId, service: ServiceDep, tenant: Tenant, response: Response
 ) -> Any:
-    job_id = runtime.documents.reindex(tenant, document_id)
+    job_id = service.documents.reindex(tenant, document_id)
     response.headers["Location"] = f"/docs/jobs/{job_id}"
     return ReindexAccepted(job_id=job_id, document_id=document_id, status="pending")

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from knowledgeops.api.deps import RuntimeDep
+from knowledgeops.api.deps import ServiceDep
 
 router = APIRouter(tags=["health"])
 
@@ -22,7 +22,7 @@ def healthz() -> dict[str, str]:
     summary="The database is open and the workers, relay and heartbeat run",
     responses={503: {"description": "Not ready; the body says what is missing."}},
 )
-def readyz(runtime: RuntimeDep) -> Any:
-    checks = runtime.readiness()
+def readyz(service: ServiceDep) -> Any:
+    checks = service.readiness()
     status = 200 if checks["ready"] else 503
     return JSONResponse({"status": "ready" if status == 200 else "not ready", **checks}, status)

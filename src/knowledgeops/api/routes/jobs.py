@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from knowledgeops.api.auth import Tenant
-from knowledgeops.api.deps import UUID_PATTERN, JobId, Limit, PageNo, RuntimeDep
+from knowledgeops.api.deps import UUID_PATTERN, JobId, Limit, PageNo, ServiceDep
 from knowledgeops.api.schemas import ErrorPublic, JobPublic, Listing, listing
 from knowledgeops.jobs.states import JobStatus
 
@@ -18,7 +18,7 @@ CONFLICT: dict[int | str, dict[str, Any]] = {409: {"model": ErrorPublic}}
 
 @router.get("", response_model=Listing[JobPublic], summary="List jobs, newest first")
 def list_jobs(
-    runtime: RuntimeDep,
+    service: ServiceDep,
     tenant: Tenant,
     status: JobStatus | None = None,
     dataset_id: Annotated[str | None, Query(alias="datasetId", pattern=UUID_PATTERN)] = None,
@@ -26,7 +26,7 @@ def list_jobs(
     page: PageNo = 1,
     limit: Limit = 20,
 ) -> Any:
-    found = runtime.jobs.list(
+    found = service.jobs.list(
         tenant,
         status=status,
         dataset_id=dataset_id,
@@ -38,8 +38,8 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobPublic, responses=NOT_FOUND, summary="Read a job")
-def get_job(job_id: JobId, runtime: RuntimeDep, tenant: Tenant) -> Any:
-    return runtime.jobs.get(tenant, job_id)
+def get_job(job_id: JobId, service: ServiceDep, tenant: Tenant) -> Any:
+    return service.jobs.get(tenant, job_id)
 
 
 @router.post(
@@ -48,8 +48,8 @@ def get_job(job_id: JobId, runtime: RuntimeDep, tenant: Tenant) -> Any:
     responses={**NOT_FOUND, **CONFLICT},
     summary="Cancel a pending, retrying or running job (it stops at its next batch)",
 )
-def cancel_job(job_id: JobId, runtime: RuntimeDep, tenant: Tenant) -> Any:
-    return runtime.jobs.cancel(tenant, job_id)
+def cancel_job(job_id: JobId, service: ServiceDep, tenant: Tenant) -> Any:
+    return service.jobs.cancel(tenant, job_id)
 
 
 @router.post(
@@ -59,5 +59,5 @@ def cancel_job(job_id: JobId, runtime: RuntimeDep, tenant: Tenant) -> Any:
     responses={**NOT_FOUND, **CONFLICT},
     summary="Run a failed or cancelled job again",
 )
-def retry_job(job_id: JobId, runtime: RuntimeDep, tenant: Tenant) -> Any:
-    return runtime.jobs.retry(tenant, job_id)
+def retry_job(job_id: JobId, service: ServiceDep, tenant: Tenant) -> Any:
+    return service.jobs.retry(tenant, job_id)

@@ -21,11 +21,10 @@ from prometheus_client.core import (
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from knowledgeops.db.schema import utcnow
 from knowledgeops.errors import Unauthorized
 from knowledgeops.jobs.model import JobMetrics
 from knowledgeops.jobs.states import JobStatus
-from knowledgeops.jobs.store import JobStore
+from knowledgeops.service.knowledge_base import KnowledgeBase
 
 router = APIRouter(tags=["health"])
 
@@ -33,11 +32,11 @@ HEARTBEAT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 900.0)  # s
 
 
 class JobsCollector(Collector):
-    def __init__(self, store: JobStore) -> None:
-        self.store = store
+    def __init__(self, service: KnowledgeBase) -> None:
+        self.service = service
 
     def collect(self) -> Iterator[Metric]:
-        yield from render(self.store.metrics(now=utcnow()))
+        yield from render(self.service.metrics())
 
 
 def render(m: JobMetrics) -> Iterator[Metric]:
@@ -85,9 +84,9 @@ def render(m: JobMetrics) -> Iterator[Metric]:
     yield stages
 
 
-def registry_for(store: JobStore) -> CollectorRegistry:
+def registry_for(service: KnowledgeBase) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(JobsCollector(store))
+    registry.register(JobsCollector(service))
     ProcessCollector(registry=registry)
     return registry
 
@@ -96,7 +95,7 @@ def registry_for(store: JobStore) -> CollectorRegistry:
 def metrics(request: Request) -> Response:
     """Open, unless KOPS_METRICS_TOKEN is set: then only with `Authorization: Bearer <token>`
     (the figures are deployment-wide, so an API key of one tenant is not enough)."""
-    token = request.app.state.runtime.settings.metrics_token
+    token = request.app.state.service.admission.metrics_token
     if token is not None:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(

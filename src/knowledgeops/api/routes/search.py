@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from knowledgeops.api.auth import Tenant
-from knowledgeops.api.deps import DatasetId, RuntimeDep
+from knowledgeops.api.deps import DatasetId, ServiceDep
 from knowledgeops.api.schemas import ErrorPublic, SearchHitPublic, SearchRequest, SearchResults
 from knowledgeops.service.search import SearchMode
 
@@ -20,8 +20,8 @@ router = APIRouter(tags=["search"])
     responses={404: {"model": ErrorPublic}},
     summary="Find the chunks that answer a query",
 )
-def search(dataset_id: DatasetId, body: SearchRequest, runtime: RuntimeDep, tenant: Tenant) -> Any:
-    hits = runtime.search.search(
+def search(dataset_id: DatasetId, body: SearchRequest, service: ServiceDep, tenant: Tenant) -> Any:
+    hits = service.search.search(
         tenant, dataset_id, body.query, top_k=body.top_k, mode=SearchMode(body.mode)
     )
     return SearchResults(

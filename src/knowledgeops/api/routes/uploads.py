@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from knowledgeops.api.auth import Tenant
-from knowledgeops.api.deps import UUID_PATTERN, RuntimeDep
+from knowledgeops.api.deps import UUID_PATTERN, ServiceDep
 from knowledgeops.api.schemas import ErrorPublic, UploadAccepted
 from knowledgeops.api.upload_stream import receive_upload
 from knowledgeops.service.uploads import check_idempotency_key
@@ -59,14 +59,14 @@ _UPLOAD_BODY = {
 )
 async def upload(
     request: Request,
-    runtime: RuntimeDep,
+    service: ServiceDep,
     tenant: Tenant,
     dataset_id: Annotated[str | None, Query(alias="datasetId", pattern=UUID_PATTERN)] = None,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
 ) -> JSONResponse:
     key = check_idempotency_key(idempotency_key)
-    await run_in_threadpool(runtime.uploads.check_backlog)  # before a byte is stored
-    received = await receive_upload(request, runtime.blobs, runtime.settings.max_upload_bytes)
+    await run_in_threadpool(service.uploads.check_backlog)  # before a byte is stored
+    received = await receive_upload(request, service.uploads)
     dataset = received.fields.get("datasetId", dataset_id)
     if dataset is not None and not _is_uuid(dataset):
         received.staged.discard()
@@ -82,7 +82,7 @@ async def upload(
             ]
         )
     accepted = await run_in_threadpool(
-        runtime.uploads.accept,
+        service.uploads.accept,
         tenant,
         received.staged,
         file_name=received.file_name,

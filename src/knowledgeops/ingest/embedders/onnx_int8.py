@@ -20,6 +20,7 @@ Needs the `int8` extra (onnxruntime and onnx).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -35,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from knowledgeops.errors import PermanentError
-from knowledgeops.ingest.embedders.base import Vectors
+from knowledgeops.errors import ModelCheckFailed, PermanentError
+from knowledgeops.ingest.embedders.base import Embedder, Vectors
 from knowledgeops.ingest.embedders.local import (
     DIMENSION,
     MODEL_ID,
@@ -54,19 +55,16 @@ MAX_TOKENS = 256  # the model's max_seq_length (sentence-transformers config)
 BUILD_VERSION = 1  # part of the file name: a new recipe never reuses an old build
 
 
-class ModelCheckFailed(RuntimeError):
-    """The quantised model's vectors are too far from the fp32 model's to be used."""
-
-
 def calibration_texts() -> list[str]:
     text = resources.files("knowledgeops.ingest.embedders").joinpath("calibration.txt")
     lines = text.read_text(encoding="utf-8").splitlines()
     return [line for line in lines if line.strip() and not line.startswith("#")]
 
 
-class OnnxMiniLM:
+class OnnxMiniLM(Embedder):
     model_id = INT8_MODEL_ID
     dimension = DIMENSION
+    local_model = True
     load_before_ready = True  # a build that fails its check must stop the start, not each job
 
     def __init__(self, folder: Path, *, threads: int = 0) -> None:
@@ -96,7 +94,7 @@ class OnnxMiniLM:
 
     def _load(self) -> None:
         try:
-            import onnxruntime as ort
+            import onnxruntime as ort  # noqa: PLC0415 (the int8 extra, optional)
         except ImportError:
             raise PermanentError(
                 "KOPS_MODEL_VARIANT=int8 needs onnxruntime and onnx: "
@@ -156,9 +154,9 @@ class OnnxMiniLM:
 
 def build(target: Path, *, threads: int) -> dict[str, Any]:
     """Export, quantise and check the model; keep it at `target` only if it passes."""
-    import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-    from transformers import AutoModel
+    import torch  # noqa: PLC0415 (torch: only to build the int8 model)
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415 (the int8 extra, optional)
+    from transformers import AutoModel  # noqa: PLC0415 (torch: only to build the int8 model)
 
     target.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -214,7 +212,6 @@ def build(target: Path, *, threads: int) -> dict[str, Any]:
 def _build_lock(folder: Path) -> Iterator[None]:
     """An exclusive lock on the models folder (every API and worker process may start at once);
     folders left by a build that was killed are removed under it."""
-    import fcntl
 
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / ".build.lock").open("w") as handle:
@@ -234,7 +231,7 @@ def _no_preprocessing_advice(record: logging.LogRecord) -> bool:
 
 def _check(int8: Path, threads: int) -> dict[str, Any]:
     """Cosine similarity of the int8 model's vectors to the fp32 model's, on real text."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # noqa: PLC0415 (the int8 extra, optional)
 
     texts = calibration_texts()
     reference = LocalMiniLM(threads=threads)
@@ -264,7 +261,7 @@ def _check(int8: Path, threads: int) -> dict[str, Any]:
 
 
 def _pooled_module(bert: Any) -> Any:
-    import torch
+    import torch  # noqa: PLC0415 (torch: only to build the int8 model)
 
     class Pooled(torch.nn.Module):
         """The transformer, mean pooling over real tokens, L2 normalisation: what

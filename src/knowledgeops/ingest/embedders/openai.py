@@ -7,11 +7,12 @@ read again when it changes (so new jobs use a rotated key without a restart) and
 a 401 before the job is failed. No key ever appears in a message, a log line or a job row.
 
 One concurrency limit is shared by every worker: a semaphore in this process, or in Redis in
-the scale-out topology (see `limits.py`).
+the scale-out topology (see `concurrency.py`).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 import time
@@ -24,8 +25,8 @@ import httpx
 import numpy as np
 
 from knowledgeops.errors import PermanentError, TransientError, UserActionRequired
-from knowledgeops.ingest.embedders.base import Vectors
-from knowledgeops.ingest.embedders.limits import ConcurrencyLimit
+from knowledgeops.ingest.embedders.base import Embedder, Vectors
+from knowledgeops.ingest.embedders.concurrency import ConcurrencyLimit
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class KeySource:
         )
 
 
-class OpenAIEmbedder:
+class OpenAIEmbedder(Embedder):
     def __init__(
         self,
         *,
@@ -223,7 +224,6 @@ def _retry_after(value: str | None) -> float | None:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    import datetime as dt
 
     if when.tzinfo is None:  # "-0000": UTC by RFC 5322
         when = when.replace(tzinfo=dt.UTC)

@@ -34,10 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from knowledgeops.errors import TransientError
+from knowledgeops.errors import TransientError, WorkerStopping
 from knowledgeops.ingest.embedders.base import Embedder, Vectors
-from knowledgeops.jobs.runner import WorkerStopping
-from knowledgeops.priority import lower_priority
+from knowledgeops.jobs.priority import lower_priority
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +53,7 @@ class _Request:
     load: bool = False  # load the model instead
 
 
-class ModelScheduler:
+class ModelScheduler(Embedder):
     """An `Embedder` in front of a local model: one model thread, batches across callers."""
 
     def __init__(
@@ -70,7 +69,7 @@ class ModelScheduler:
         self.dimension = model.dimension
         self.batch_size = batch_size
         self.nice = nice
-        self._lengths = lengths or getattr(model, "token_lengths", None) or _char_lengths
+        self._lengths = lengths or model.token_lengths
         self._pending: collections.deque[_Request] = collections.deque()
         self._cond = threading.Condition()
         self._closed = False
@@ -99,9 +98,6 @@ class ModelScheduler:
     def load(self) -> None:
         """Load the model (in the model's thread, so that its compute threads inherit the
         thread's priority)."""
-        load = getattr(self.model, "load", None)
-        if load is None:
-            return
         done: Future[None] = Future()
         with self._cond:
             if self._closed:
@@ -113,7 +109,17 @@ class ModelScheduler:
 
     @property
     def loaded(self) -> bool:
-        return bool(getattr(self.model, "loaded", True))
+        return self.model.loaded
+
+    @property
+    def load_before_ready(self) -> bool:
+        return self.model.load_before_ready
+
+    def for_queries(self) -> Embedder:
+        return self.model.for_queries()
+
+    def token_lengths(self, texts: Sequence[str]) -> list[int]:
+        return list(self._lengths(texts))
 
     def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
         """Stop: requests not started yet get `WorkerStopping` (their jobs go back to the
@@ -131,6 +137,7 @@ class ModelScheduler:
                 )
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
+        self.model.close()
 
     def _start(self) -> None:
         """Start the model thread (again, should it ever have died)."""
@@ -181,7 +188,7 @@ class ModelScheduler:
         live = [r for r in requests if r.future.set_running_or_notify_cancel()]
         for request in (r for r in live if r.load):
             try:
-                self.model.load()  # type: ignore[attr-defined]  # load() checked it is there
+                self.model.load()
             except Exception as exc:  # handed to the caller
                 request.future.set_exception(exc)
             else:
@@ -236,10 +243,6 @@ def length_batches(
     if current:
         batches.append(current)
     return batches
-
-
-def _char_lengths(texts: Sequence[str]) -> list[int]:
-    return [len(text) for text in texts]
 
 
 def _relay(target: Future[Vectors]) -> Future[Vectors]:

@@ -2,13 +2,14 @@
 
 A document's chunks are written as a generation that stays invisible to search until `activate`
 switches the document to it (in the transaction that completes the job) and drops the others.
-Two implementations share one contract suite: `SqliteIndex` (sqlite-vec + FTS5) and `MemoryIndex`.
+Three implementations share one contract suite (tests/contract/test_index.py): `SqliteIndex`
+(sqlite-vec + FTS5), `PgVectorIndex` (pgvector + tsvector) and `MemoryIndex`. How a query becomes
+terms (CJK, stop words) is in terms.py.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-Tx = Any  # the database transaction the write joins (None for the in-memory index)
+from knowledgeops.db.engine import Tx
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,16 @@ class Hit:
 
 
 class ChunkIndex(Protocol):
+    def ensure(self) -> None:
+        """Create the index's tables (and what they need) if missing; idempotent (every
+        embedded start and `kops migrate` run it). Raises IndexUnavailable with what to do."""
+        ...
+
+    def verify(self) -> None:
+        """Check, without creating anything, that the index's tables exist (a scale-out process
+        starts only then). Raises IndexUnavailable with what to do."""
+        ...
+
     def upsert(self, tx: Tx, chunks: Sequence[IndexedChunk]) -> None:
         """Insert or overwrite chunks by id (a retried batch replaces its own rows)."""
         ...
@@ -105,38 +116,3 @@ def chunk_id(document_id: str, generation: int, ordinal: int) -> str:
 
 def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
-_TERM = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+|\w+")
-
-
-def spaced_cjk(text: str) -> str:
-    """Put spaces between CJK characters so that a word tokenizer indexes each one; a CJK query
-    then becomes a phrase of characters (Chinese and Japanese have no spaces between words)."""
-    return _CJK_RUN.sub(lambda m: " " + " ".join(m.group()) + " ", text)
-
-
-# Function words carry no topic; in a small dataset BM25 still scores them high when they are
-# rare, which lets "how do I ..." outrank the words that matter. Dropped unless nothing else is.
-STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before being
-    below between both but by can could did do does doing down during each few for from further
-    had has have having he her here hers him his how i if in into is it its itself just me more
-    most my no nor not of off on once only or other our ours out over own same she should so some
-    such than that the their theirs them then there these they this those through to too under
-    until up very was we were what when where which while who whom why will with would you your
-    yours""".split()  # noqa: SIM905
-)
-
-
-def query_terms(query: str) -> list[str]:
-    """Words of a free-text query, lower-cased, function words dropped; a run of CJK characters
-    is one phrase term."""
-    terms = []
-    for match in _TERM.finditer(query.lower()):
-        term = match.group()
-        terms.append(" ".join(term) if _CJK_RUN.fullmatch(term) else term)
-    unique = list(dict.fromkeys(terms))
-    content = [term for term in unique if term not in STOPWORDS]
-    return content or unique

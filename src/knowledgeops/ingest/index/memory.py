@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from knowledgeops.ingest.index.base import Hit, IndexedChunk, query_terms, spaced_cjk
+from knowledgeops.db.engine import Tx
+from knowledgeops.ingest.index.base import Hit, IndexedChunk
+from knowledgeops.ingest.index.terms import query_terms, spaced_cjk
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -22,17 +24,25 @@ _WORDS = re.compile(r"\w+")
 
 
 class MemoryIndex:
+    """`tx` is ignored: there is no database (the in-memory job store hands None)."""
+
     def __init__(self) -> None:
         self.chunks: dict[str, IndexedChunk] = {}
         self.active: dict[str, int] = {}  # document id → its searchable generation
         self._lock = threading.RLock()
 
-    def upsert(self, tx: Any, chunks: Sequence[IndexedChunk]) -> None:
+    def ensure(self) -> None:
+        """Nothing to create: the dictionaries are the index."""
+
+    def verify(self) -> None:
+        """Nothing to check: the dictionaries are the index."""
+
+    def upsert(self, tx: Tx | None, chunks: Sequence[IndexedChunk]) -> None:
         with self._lock:
             for chunk in chunks:
                 self.chunks[chunk.id] = chunk
 
-    def activate(self, tx: Any, document_id: str, generation: int) -> int:
+    def activate(self, tx: Tx | None, document_id: str, generation: int) -> int:
         with self._lock:
             self._drop(lambda c: c.document_id == document_id and c.generation != generation)
             self.active[document_id] = generation
@@ -43,7 +53,11 @@ class MemoryIndex:
             )
 
     def discard(
-        self, tx: Any, document_id: str, generation: int, ordinals: tuple[int, int] | None = None
+        self,
+        tx: Tx | None,
+        document_id: str,
+        generation: int,
+        ordinals: tuple[int, int] | None = None,
     ) -> None:
         first, end = ordinals if ordinals is not None else (0, 2**31)
         with self._lock:
@@ -55,12 +69,12 @@ class MemoryIndex:
                 )
             )
 
-    def delete_document(self, tx: Any, document_id: str) -> None:
+    def delete_document(self, tx: Tx | None, document_id: str) -> None:
         with self._lock:
             self._drop(lambda c: c.document_id == document_id)
             self.active.pop(document_id, None)
 
-    def delete_dataset(self, tx: Any, dataset_id: str) -> None:
+    def delete_dataset(self, tx: Tx | None, dataset_id: str) -> None:
         with self._lock:
             gone = {c.document_id for c in self.chunks.values() if c.dataset_id == dataset_id}
             self._drop(lambda c: c.dataset_id == dataset_id)

@@ -20,27 +20,23 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import Connection, text, update
+from sqlalchemy import text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError
 
-from knowledgeops.db.engine import Database
+from knowledgeops.db.engine import Database, Tx
 from knowledgeops.db.schema import chunks, documents
-from knowledgeops.ingest.index.base import (
-    Hit,
-    IndexedChunk,
-    chunk_row,
-    query_terms,
-    spaced_cjk,
-)
+from knowledgeops.errors import IndexUnavailable
+from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
+from knowledgeops.ingest.index.terms import query_terms, spaced_cjk
 
 HNSW_MIN_EF_SEARCH = 40  # pgvector's default
 HNSW_MAX_EF_SEARCH = 1000  # pgvector's limit
 TS_CONFIG = "simple"  # no stemming, no stopword list: the same words in every language
 
 
-class PgVectorMissing(Exception):
-    """The database has no pgvector extension (or may not create it)."""
+class PgVectorMissing(IndexUnavailable):
+    """The database has no pgvector extension (or may not create it), or no index table."""
 
 
 class PgVectorIndex:
@@ -117,10 +113,9 @@ class PgVectorIndex:
         return None if row is None else str(row[0])
 
     # --- writes ---------------------------------------------------------------------------------
-    def upsert(self, tx: Any, rows: Sequence[IndexedChunk]) -> None:
+    def upsert(self, tx: Tx, rows: Sequence[IndexedChunk]) -> None:
         if not rows:
             return
-        conn: Connection = tx
         statement = pg_insert(chunks).values([chunk_row(chunk) for chunk in rows])
         upsert = statement.on_conflict_do_update(
             index_elements=[chunks.c.id],
@@ -136,8 +131,8 @@ class PgVectorIndex:
                 )
             },
         ).returning(chunks.c.id, chunks.c.seq)
-        seq_by_id = {row.id: row.seq for row in conn.execute(upsert)}
-        conn.execute(
+        seq_by_id = {row.id: row.seq for row in tx.execute(upsert)}
+        tx.execute(
             text(
                 f"INSERT INTO {self.table} (seq, dataset_id, active, embedding, words) "
                 f"VALUES (:seq, :dataset_id, false, CAST(:embedding AS vector), "
@@ -156,27 +151,26 @@ class PgVectorIndex:
             ],
         )
 
-    def activate(self, tx: Any, document_id: str, generation: int) -> int:
-        conn: Connection = tx
-        conn.execute(
+    def activate(self, tx: Tx, document_id: str, generation: int) -> int:
+        tx.execute(
             text(
                 f"UPDATE {self.table} v SET active = true FROM chunks c WHERE c.seq = v.seq "
                 "AND c.document_id = :document AND c.generation = :generation AND NOT v.active"
             ),
             {"document": document_id, "generation": generation},
         )
-        conn.execute(
+        tx.execute(
             text("DELETE FROM chunks WHERE document_id = :document AND generation <> :generation"),
             {"document": document_id, "generation": generation},
         )
-        live = conn.execute(
+        live = tx.execute(
             text(
                 "SELECT count(*) FROM chunks WHERE document_id = :document "
                 "AND generation = :generation"
             ),
             {"document": document_id, "generation": generation},
         ).scalar_one()
-        conn.execute(
+        tx.execute(
             update(documents)
             .where(documents.c.id == document_id)
             .values(active_generation=generation, chunk_count=live)
@@ -184,7 +178,7 @@ class PgVectorIndex:
         return int(live)
 
     def discard(
-        self, tx: Any, document_id: str, generation: int, ordinals: tuple[int, int] | None = None
+        self, tx: Tx, document_id: str, generation: int, ordinals: tuple[int, int] | None = None
     ) -> None:
         first, end = ordinals if ordinals is not None else (0, 2**31)
         tx.execute(
@@ -195,10 +189,10 @@ class PgVectorIndex:
             {"document": document_id, "generation": generation, "first": first, "end": end},
         )
 
-    def delete_document(self, tx: Any, document_id: str) -> None:
+    def delete_document(self, tx: Tx, document_id: str) -> None:
         tx.execute(text("DELETE FROM chunks WHERE document_id = :d"), {"d": document_id})
 
-    def delete_dataset(self, tx: Any, dataset_id: str) -> None:
+    def delete_dataset(self, tx: Tx, dataset_id: str) -> None:
         tx.execute(text("DELETE FROM chunks WHERE dataset_id = :d"), {"d": dataset_id})
 
     # --- reads ----------------------------------------------------------------------------------

@@ -14,15 +14,11 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy import Connection, text, update
 
-from knowledgeops.db.engine import Database
+from knowledgeops.db.engine import Database, Tx
 from knowledgeops.db.schema import documents
-from knowledgeops.ingest.index.base import (
-    Hit,
-    IndexedChunk,
-    chunk_row,
-    query_terms,
-    spaced_cjk,
-)
+from knowledgeops.errors import IndexUnavailable
+from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
+from knowledgeops.ingest.index.terms import query_terms, spaced_cjk
 
 SQLITE_MAX_VARS = 500  # ids per IN (...) list
 _T = TypeVar("_T")
@@ -51,16 +47,30 @@ class SqliteIndex:
                 "contentless_delete=1, tokenize='unicode61 remove_diacritics 2')"
             )
 
+    def verify(self) -> None:
+        """The two virtual tables exist (`ensure` makes them)."""
+        with self.db.read() as conn:
+            found = {
+                row[0]
+                for row in conn.exec_driver_sql(
+                    "SELECT name FROM sqlite_master WHERE name IN (?, ?)", (self.vec, self.fts)
+                )
+            }
+        missing = sorted({self.vec, self.fts} - found)
+        if missing:
+            raise IndexUnavailable(
+                f"the index tables {', '.join(missing)} do not exist: run `kops migrate`"
+            )
+
     # --- writes ---------------------------------------------------------------------------------
-    def upsert(self, tx: Any, chunks: Sequence[IndexedChunk]) -> None:
+    def upsert(self, tx: Tx, chunks: Sequence[IndexedChunk]) -> None:
         """Insert or overwrite `chunks` (a batch: one statement per table, executed many)."""
         if not chunks:
             return
-        conn: Connection = tx
         ids = [chunk.id for chunk in chunks]
         # a retry overwrites its own rows: their vector and keyword rows go first
-        self._drop_index_rows(conn, list(self._seqs(conn, ids).values()))
-        conn.execute(
+        self._drop_index_rows(tx, list(self._seqs(tx, ids).values()))
+        tx.execute(
             text(
                 "INSERT INTO chunks (id, document_id, dataset_id, generation, ordinal, text, "
                 "content_hash, token_count, page_start, page_end, section) VALUES (:id, "
@@ -72,12 +82,12 @@ class SqliteIndex:
             ),
             [chunk_row(chunk) for chunk in chunks],
         )
-        seqs = self._seqs(conn, ids)
-        conn.exec_driver_sql(
+        seqs = self._seqs(tx, ids)
+        tx.exec_driver_sql(
             f"INSERT INTO {self.vec} (rowid, embedding, dataset_id, active) VALUES (?, ?, ?, 0)",
             [(seqs[c.id], _blob(c.vector), c.dataset_id) for c in chunks],
         )
-        conn.exec_driver_sql(
+        tx.exec_driver_sql(
             f"INSERT INTO {self.fts} (rowid, text) VALUES (?, ?)",
             [(seqs[c.id], spaced_cjk(c.text)) for c in chunks],
         )
@@ -94,16 +104,15 @@ class SqliteIndex:
             found.update({row[0]: row[1] for row in rows})
         return found
 
-    def activate(self, tx: Any, document_id: str, generation: int) -> int:
-        conn: Connection = tx
-        live = self._rowids(conn, "document_id = ? AND generation = ?", (document_id, generation))
+    def activate(self, tx: Tx, document_id: str, generation: int) -> int:
+        live = self._rowids(tx, "document_id = ? AND generation = ?", (document_id, generation))
         for part in _parts(live):
             marks = ",".join("?" * len(part))
-            conn.exec_driver_sql(
+            tx.exec_driver_sql(
                 f"UPDATE {self.vec} SET active = 1 WHERE rowid IN ({marks})", tuple(part)
             )
-        self._delete(conn, "document_id = ? AND generation != ?", (document_id, generation))
-        conn.execute(
+        self._delete(tx, "document_id = ? AND generation != ?", (document_id, generation))
+        tx.execute(
             update(documents)
             .where(documents.c.id == document_id)
             .values(active_generation=generation, chunk_count=len(live))
@@ -111,7 +120,7 @@ class SqliteIndex:
         return len(live)
 
     def discard(
-        self, tx: Any, document_id: str, generation: int, ordinals: tuple[int, int] | None = None
+        self, tx: Tx, document_id: str, generation: int, ordinals: tuple[int, int] | None = None
     ) -> None:
         if ordinals is None:
             self._delete(tx, "document_id = ? AND generation = ?", (document_id, generation))
@@ -122,10 +131,10 @@ class SqliteIndex:
             (document_id, generation, *ordinals),
         )
 
-    def delete_document(self, tx: Any, document_id: str) -> None:
+    def delete_document(self, tx: Tx, document_id: str) -> None:
         self._delete(tx, "document_id = ?", (document_id,))
 
-    def delete_dataset(self, tx: Any, dataset_id: str) -> None:
+    def delete_dataset(self, tx: Tx, dataset_id: str) -> None:
         self._delete(tx, "dataset_id = ?", (dataset_id,))
 
     def _rowids(self, conn: Connection, where: str, params: tuple[Any, ...]) -> list[int]:

@@ -33,6 +33,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from knowledgeops.errors import JobError
+from knowledgeops.ingest.parsers import limits as parse_limits
+from knowledgeops.ingest.parsers.limits import ParseLimits
+
 if TYPE_CHECKING:
     from knowledgeops.ingest.parsers.base import Block
 
@@ -55,10 +59,7 @@ def _send(conn: Connection, message: dict[str, object]) -> None:
 
 
 def serve(conn: Connection) -> None:
-    from knowledgeops.errors import JobError
-    from knowledgeops.ingest.parsers import limits as parse_limits
-    from knowledgeops.ingest.parsers.limits import ParseLimits
-    from knowledgeops.ingest.parsers.registry import page_count, parse
+    from knowledgeops.ingest.parsers.registry import page_count, parse  # noqa: PLC0415 (parsers load under the memory limit main() sets)
 
     fields = {f.name for f in dataclasses.fields(ParseLimits)}
     _tokenizer()  # loaded before "ready": its load is no document's parse time
@@ -128,15 +129,15 @@ def _send_blocks(conn: Connection, blocks: Iterable[Block]) -> None:
 @functools.cache
 def _tokenizer() -> Any:
     """The model's tokenizer, loaded once per child (the worker chunks with the same one)."""
-    from knowledgeops.ingest.chunker import HFTokenizer
-    from knowledgeops.ingest.embedders.local import load_tokenizer
+    from knowledgeops.ingest.chunker import HFTokenizer  # noqa: PLC0415 (parsers load under the memory limit main() sets)
+    from knowledgeops.ingest.embedders.local import load_tokenizer  # noqa: PLC0415 (parsers load under the memory limit main() sets)
 
     return HFTokenizer(load_tokenizer())
 
 
 def _send_drafts(conn: Connection, blocks: Iterable[Block], spec: dict[str, Any]) -> int | None:
     """Clean and chunk here too, streaming the drafts back."""
-    from knowledgeops.ingest.prepare import ChunkSpec, ChunkStream, prepare
+    from knowledgeops.ingest.prepare import ChunkSpec, ChunkStream, prepare  # noqa: PLC0415 (parsers load under the memory limit main() sets)
 
     stream = ChunkStream(prepare(_prefetched(blocks), _tokenizer(), ChunkSpec(**spec)))
     batch: list[tuple[int, str, int, int | None, int | None, str | None]] = []

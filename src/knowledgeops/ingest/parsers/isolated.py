@@ -42,6 +42,7 @@ from knowledgeops.errors import (
     UserActionRequired,
 )
 from knowledgeops.ingest.chunker import ChunkDraft, Tokenizer
+from knowledgeops.ingest.parsers import limits as parse_limits
 from knowledgeops.ingest.parsers.base import Block
 from knowledgeops.ingest.parsers.limits import ParseLimits
 from knowledgeops.ingest.prepare import ChunkSpec, prepare
@@ -457,8 +458,7 @@ class InlineParsing:
     def parse(
         self, path: Path, content_type: str, pages: tuple[int, int] | None = None
     ) -> Generator[Block, None, None]:
-        from knowledgeops.ingest.parsers import limits as parse_limits
-        from knowledgeops.ingest.parsers.registry import parse
+        from knowledgeops.ingest.parsers.registry import parse  # noqa: PLC0415 (parser libraries stay out of a worker whose parsers run in a child)
 
         def blocks() -> Generator[Block, None, None]:
             with parse_limits.using(self.limits):
@@ -467,8 +467,7 @@ class InlineParsing:
         return blocks()
 
     def page_count(self, path: Path, content_type: str) -> int | None:
-        from knowledgeops.ingest.parsers import limits as parse_limits
-        from knowledgeops.ingest.parsers.registry import page_count
+        from knowledgeops.ingest.parsers.registry import page_count  # noqa: PLC0415 (parser libraries stay out of a worker whose parsers run in a child)
 
         with parse_limits.using(self.limits):
             return page_count(path, content_type)

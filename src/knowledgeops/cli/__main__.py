@@ -1,0 +1,5 @@
+"""`python -m knowledgeops.cli`, as `kops`."""
+
+from knowledgeops.cli.app import main
+
+main()

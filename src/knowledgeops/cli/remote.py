@@ -1,0 +1,236 @@
+"""The commands that talk to a running KnowledgeOps over HTTP (`--url`, the key in KOPS_API_KEY):
+`ingest`, `search`, `jobs`, `retry` and `cancel`. Each is thin: the client does the talking."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
+from rich.table import Column, Table
+
+from knowledgeops.cli.common import DEFAULT_URL, DatasetOpt, UrlOpt, console, err, fail
+from knowledgeops.client import Client
+from knowledgeops.errors import ClientError
+from knowledgeops.jobs.states import TERMINAL
+
+SUFFIXES = {".pdf", ".docx", ".html", ".htm", ".xhtml", ".md", ".markdown", ".txt", ".text"}
+WIDE_TABLE = 140  # columns from which `kops jobs` shows errors in the table
+
+
+def _walk(paths: list[Path]) -> list[Path]:
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(
+                p
+                for p in sorted(path.rglob("*"))
+                if p.is_file() and p.suffix.lower() in SUFFIXES and not p.name.startswith(".")
+            )
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise fail(f"{path}: no such file or folder")
+    return files
+
+
+def _progress_line(job: dict[str, Any]) -> tuple[str, int | None, int]:
+    stage = job["status"] if job["status"] in TERMINAL else f"{job['stage']}"
+    return stage, job["totalChunks"], job["processedChunks"]
+
+
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders (walked for documents).")],
+    dataset: DatasetOpt = None,
+    url: UrlOpt = DEFAULT_URL,
+    wait: Annotated[bool, typer.Option(help="Wait for every job to finish.")] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait in all.")] = 3600.0,
+) -> None:
+    """Upload documents to a running KnowledgeOps and follow each job to the end."""
+    files = _walk(paths)
+    if not files:
+        raise fail("no documents found (looked for " + ", ".join(sorted(SUFFIXES)) + ")")
+    failures: list[str] = []
+    with Client(url) as client:
+        try:
+            dataset_id = client.resolve_dataset(dataset)
+        except ClientError as exc:
+            raise fail(str(exc)) from None
+        columns = (
+            TextColumn("{task.description}", justify="left"),
+            TextColumn("[cyan]{task.fields[stage]:>10}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+        )
+        with Progress(*columns, console=console, transient=False) as progress:
+            open_jobs: dict[str, TaskID] = {}
+            for path in files:
+                label = escape(path.name if len(path.name) <= 40 else path.name[:37] + "…")
+                try:
+                    accepted = client.upload(path, dataset_id=dataset_id)
+                except ClientError as exc:
+                    if exc.status is None:
+                        raise fail(str(exc)) from None
+                    failures.append(f"{path}: rejected ({exc.status}): {exc}")
+                    progress.add_task(label, total=1, stage="rejected")
+                    continue
+                open_jobs[accepted["jobId"]] = progress.add_task(label, total=None, stage="pending")
+            if wait:
+                try:
+                    _follow(client, progress, open_jobs, failures, timeout)
+                except ClientError as exc:
+                    raise fail(
+                        f"{exc}\nThe {len(open_jobs)} unfinished uploads were accepted and are "
+                        "kept; they finish when KnowledgeOps runs again (see `kops jobs`)."
+                    ) from None
+    if failures:
+        err.print(f"[red]{len(failures)} of {len(files)} documents failed:[/red]")
+        for line in failures:
+            err.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    console.print(f"{len(files)} documents {'ingested' if wait else 'accepted'}")
+
+
+def _follow(
+    client: Client,
+    progress: Progress,
+    open_jobs: dict[str, TaskID],
+    failures: list[str],
+    timeout: float,
+) -> None:
+    deadline = time.monotonic() + timeout
+    while open_jobs:
+        for job_id, task in list(open_jobs.items()):
+            job = client.job(job_id)
+            stage, total, done = _progress_line(job)
+            progress.update(task, total=total, completed=done, stage=stage)
+            if job["status"] in TERMINAL:
+                del open_jobs[job_id]
+                if job["status"] != "completed":
+                    failures.append(
+                        f"{job['fileName']}: {job['status']}: {job['error']} "
+                        f"[{job['errorCategory'] or job['errorCode']}] (job {job_id})"
+                    )
+        if open_jobs and time.monotonic() > deadline:
+            for job_id in open_jobs:
+                failures.append(f"job {job_id}: still running after {timeout:g} s")
+            return
+        time.sleep(0.5)
+
+
+JobIdArg = Annotated[str, typer.Argument(help="The job's id (as `kops jobs` shows it).")]
+
+
+def retry(job_id: JobIdArg, url: UrlOpt = DEFAULT_URL) -> None:
+    """Run a failed or cancelled job again (the newest job of its document)."""
+    with Client(url) as client:
+        try:
+            job = client.retry(job_id)
+        except ClientError as exc:
+            raise fail(str(exc)) from None
+    console.print(f"job {job['id']}: {job['status']} (attempts allowed: {job['maxAttempts']})")
+
+
+def cancel(job_id: JobIdArg, url: UrlOpt = DEFAULT_URL) -> None:
+    """Cancel a job: a running one stops at its next batch, its partial chunks are removed and
+    the document's previous version stays searchable."""
+    with Client(url) as client:
+        try:
+            job = client.cancel(job_id)
+        except ClientError as exc:
+            raise fail(str(exc)) from None
+    console.print(f"job {job['id']}: {job['status']}")
+
+
+def search(
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    dataset: DatasetOpt = None,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, max=100)] = 5,
+    mode: Annotated[str, typer.Option(help="hybrid, vector or keyword.")] = "hybrid",
+    url: UrlOpt = DEFAULT_URL,
+) -> None:
+    """Search a dataset and print the best chunks."""
+    with Client(url) as client:
+        try:
+            found = client.search(
+                query, dataset_id=client.resolve_dataset(dataset), top_k=top_k, mode=mode
+            )
+        except ClientError as exc:
+            raise fail(str(exc)) from None
+    if not found["results"]:
+        console.print("no results")
+        return
+    for n, hit in enumerate(found["results"], start=1):
+        where = f"p. {hit['page']}" if hit["page"] else (hit["section"] or "")
+        console.print(
+            f"[bold]{n}. {escape(hit['fileName'])}[/bold] #{hit['ordinal']} {escape(where)} "
+            f"[dim](score {hit['score']:.4f})[/dim]",
+            soft_wrap=True,
+        )
+        text = " ".join(hit["text"].split())
+        console.print(
+            f"   {text[:300]}{'…' if len(text) > 300 else ''}", markup=False, highlight=False
+        )
+
+
+def jobs(
+    status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
+    dataset: DatasetOpt = None,
+    limit: Annotated[int, typer.Option(min=1, max=200)] = 20,
+    url: UrlOpt = DEFAULT_URL,
+) -> None:
+    """List recent jobs with their stage and counts."""
+    with Client(url) as client:
+        try:
+            dataset_id = client.resolve_dataset(dataset) if dataset else None
+            found = client.jobs(status=status, dataset_id=dataset_id, limit=limit)
+        except ClientError as exc:
+            raise fail(str(exc)) from None
+    # The job id is never cut (it is what `retry` and the API take); the error gets a column
+    # when the terminal is wide, else it is listed under the table.
+    wide = console.width >= WIDE_TABLE
+    columns = [
+        Column("job", no_wrap=True, min_width=36),
+        Column("file", overflow="fold", min_width=8),
+        Column("status", no_wrap=True),
+        Column("chunks", no_wrap=True),
+        Column("attempt", no_wrap=True),
+    ]
+    if wide:
+        columns.append(Column("error", min_width=20))
+    table = Table(*columns, box=box.SIMPLE_HEAD)
+    errors: list[str] = []
+    for job in found["items"]:
+        total = job["totalChunks"] if job["totalChunks"] is not None else "?"
+        state = job["status"] if job["status"] in TERMINAL else f"{job['status']} ({job['stage']})"
+        error = _shorten(job["error"] or "", 120)
+        cells = [
+            job["id"],
+            escape(job["fileName"]),
+            state,
+            f"{job['processedChunks']}/{total}",
+            f"{job['attempt']}/{job['maxAttempts']}",
+        ]
+        if wide:
+            cells.append(escape(error))
+        elif error:
+            errors.append(f"{job['id']}: {error}")
+        table.add_row(*cells)
+    console.print(table)
+    for line in errors:
+        console.print(line, markup=False, highlight=False)
+    console.print(f"{len(found['items'])} of {found['total']} jobs")
+
+
+def _shorten(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def register(app: typer.Typer) -> None:
+    for command in (ingest, retry, cancel, search, jobs):
+        app.command()(command)

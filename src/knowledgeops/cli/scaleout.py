@@ -1,0 +1,107 @@
+"""The scale-out commands: `kops api`, `kops worker` and `kops relay` (docs/scale-out.md). Each
+checks its database, schema, index, cache and broker first and exits 2 with one sentence naming
+the setting to fix when one is wrong."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+
+from knowledgeops.cli.common import cannot_start, settings
+from knowledgeops.errors import StartupError
+from knowledgeops.roles.base import configure_logging
+from knowledgeops.roles.preflight import check_scaleout
+from knowledgeops.roles.relay import RelayRole
+from knowledgeops.settings import Settings
+
+log = logging.getLogger("knowledgeops.cli")
+
+
+def _checked(role: str, *, broker: bool) -> tuple[Settings, Any]:
+    """The settings, logging configured, and (for a role with a broker) the Celery app."""
+    chosen = settings()
+    configure_logging(chosen.log_level)
+    try:
+        celery_app = check_scaleout(chosen, role, broker=broker)
+    except StartupError as exc:
+        raise cannot_start(exc) from None
+    return chosen, celery_app
+
+
+def api(
+    port: Annotated[int | None, typer.Option(help="HTTP port (KOPS_PORT, default 8000).")] = None,
+    host: Annotated[str | None, typer.Option(help="Address to bind (KOPS_HOST).")] = None,
+    workers: Annotated[int, typer.Option(min=1, help="API processes.")] = 1,
+) -> None:
+    """Scale-out: serve the HTTP API (stateless; run as many as you like behind a balancer)."""
+    import uvicorn  # noqa: PLC0415 (uvicorn: the HTTP server, for this command only)
+
+    chosen, _ = _checked("api", broker=False)
+    log.info("settings: %s", chosen.describe())
+    uvicorn.run(
+        "knowledgeops.roles.api:create_app",
+        factory=True,
+        host=host or chosen.host,
+        port=port or chosen.port,
+        workers=workers,
+        log_level=chosen.log_level.lower(),
+        access_log=False,
+        timeout_graceful_shutdown=20,
+    )
+
+
+def worker(
+    concurrency: Annotated[int, typer.Option(min=1, help="Jobs run at once (processes).")] = 2,
+) -> None:
+    """Scale-out: a Celery worker that runs ingest jobs (run one per machine, or more).
+
+    Always Celery's prefork pool: one process per job, so that the job time limit can stop a
+    job that hangs (the threads and solo pools cannot enforce it)."""
+    from knowledgeops.jobs.celery_dispatch import QUEUE  # noqa: PLC0415 (celery: heavy, for this command only)
+    from knowledgeops.roles.worker import create_worker_app  # noqa: PLC0415 (celery: heavy, for this command only)
+
+    chosen, _ = _checked("worker", broker=True)
+    if chosen.model_threads == 0:  # share the cores between the worker processes
+        threads = max(1, (os.cpu_count() or 1) // concurrency)
+        chosen = chosen.model_copy(update={"model_threads": threads})
+    log.info("settings: %s", chosen.describe())
+    create_worker_app(chosen).worker_main(
+        [
+            "worker",
+            f"--concurrency={concurrency}",
+            "--pool=prefork",
+            f"--loglevel={chosen.log_level}",
+            f"--queues={QUEUE}",
+            f"--hostname=kops-{os.getpid()}@%h",
+            "--without-gossip",
+            "--without-mingle",
+        ]
+    )
+
+
+def relay() -> None:
+    """Scale-out: publish the outbox to the broker and rescue lost jobs (run two for
+    availability: one is active, the other takes over within seconds)."""
+    from knowledgeops.jobs.celery_dispatch import CeleryDispatcher  # noqa: PLC0415 (celery: heavy, for this command only)
+
+    chosen, celery_app = _checked("relay", broker=True)
+    log.info("settings: %s", chosen.describe())
+    role = RelayRole(chosen, CeleryDispatcher(celery_app))
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("relay: stopping (signal %d)", signum)
+        role.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    role.run()
+
+
+def register(app: typer.Typer) -> None:
+    for command in (api, worker, relay):
+        app.command()(command)

@@ -1,0 +1,88 @@
+"""`kops api`: the use cases behind HTTP, stateless, as many processes as you like. Uploads commit
+their job with its outbox row; the relay (another process) publishes them, so an upload is
+accepted while the broker is down."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from fastapi import FastAPI
+
+from knowledgeops.api import app as http
+from knowledgeops.db.blobs import LocalBlobStore
+from knowledgeops.roles import wiring
+from knowledgeops.roles.base import Role, configure_logging
+from knowledgeops.roles.first_key import check_auth
+from knowledgeops.roles.preflight import check_database, check_index, check_schema
+from knowledgeops.service.keys import DEFAULT_TENANT
+from knowledgeops.settings import Settings, load_settings
+
+log = logging.getLogger(__name__)
+
+BROKER_CHECK_S = 5.0  # s: /readyz asks the broker at most this often
+
+
+class ApiRole(Role):
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.started_at: float | None = None
+        self.blobs = LocalBlobStore(settings.data_dir)
+        self.embedder = wiring.make_embedder(settings, self.db)  # search embeds queries
+        self.index = wiring.make_index(self.db, self.embedder.dimension)
+        self.store = wiring.make_store(self.db, self.index)
+        self.service = wiring.make_knowledge_base(
+            settings,
+            self.db,
+            self.blobs,
+            self.index,
+            self.store,
+            self.embedder,
+            notify=lambda: None,  # the relay, another process, scans the outbox every interval
+            readiness=self.readiness,
+        )
+        self._broker_seen: tuple[float, str] | None = None
+
+    def app(self) -> FastAPI:
+        return http.create_app(self.service, on_start=self.start, on_stop=self.stop)
+
+    def start(self) -> None:
+        started = time.perf_counter()
+        check_database(self.db)
+        check_schema(self.db)
+        check_index(self.index, self.db)
+        self.service.datasets.ensure_default(DEFAULT_TENANT)
+        check_auth(self.settings, self.service.keys, first_key=False)  # `kops keys create`
+        wiring.preload(self.embedder)
+        self.started_at = time.perf_counter()
+        log.info("api runtime started in %.2f s", self.started_at - started)
+
+    def stop(self) -> None:
+        self.db.dispose()
+
+    def readiness(self) -> dict[str, object]:
+        """Ready when the database answers. The broker's state is shown but does not decide:
+        uploads are accepted into the outbox while it is down, so taking the API out of a load
+        balancer then would refuse work that could be accepted."""
+        checks: dict[str, object] = {"database": self.database_check()}
+        if self.settings.broker_url is not None:
+            checks["broker"] = self._broker_check(self.settings.broker_url.get_secret_value())
+        checks["model"] = "loaded" if self.embedder.loaded else "loading"
+        checks["ready"] = checks["database"] == "ok"
+        return checks
+
+    def _broker_check(self, url: str) -> str:
+        from knowledgeops.jobs.celery_dispatch import broker_status  # noqa: PLC0415 (celery: heavy, only with a broker)
+
+        now = time.monotonic()
+        if self._broker_seen is None or now - self._broker_seen[0] > BROKER_CHECK_S:
+            self._broker_seen = (now, broker_status(url))
+        return self._broker_seen[1]
+
+
+def create_app() -> FastAPI:
+    """The app of one `kops api` process (uvicorn's factory; settings from the environment:
+    `kops api --workers N` spawns fresh interpreters, which log like the parent process)."""
+    settings = load_settings()
+    configure_logging(settings.log_level)
+    return ApiRole(settings).app()

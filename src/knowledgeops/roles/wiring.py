@@ -1,0 +1,210 @@
+"""The factories of the composition root: every adapter chosen from `Settings`, in one place.
+
+The layers below never look at the settings themselves: they are handed an index (sqlite-vec or
+pgvector), an embedder (the local model, int8 or an OpenAI-compatible provider, behind the model
+thread and the embedding cache), a parser (in a child process or inline) and the job store.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from knowledgeops.clock import Clock
+from knowledgeops.db.blobs import LocalBlobStore
+from knowledgeops.db.engine import Database
+from knowledgeops.ingest.chunker import HFTokenizer
+from knowledgeops.ingest.embedders.base import Embedder
+from knowledgeops.ingest.embedders.cache import (
+    CachedEmbedder,
+    EmbeddingCache,
+    RedisEmbeddingCache,
+    SqlEmbeddingCache,
+)
+from knowledgeops.ingest.embedders.concurrency import ConcurrencyLimit, LocalLimit, RedisLimit
+from knowledgeops.ingest.embedders.local import LocalMiniLM, load_tokenizer
+from knowledgeops.ingest.embedders.onnx_int8 import OnnxMiniLM
+from knowledgeops.ingest.embedders.openai import KeySource, OpenAIEmbedder
+from knowledgeops.ingest.embedders.scheduler import ModelScheduler
+from knowledgeops.ingest.index.base import ChunkIndex
+from knowledgeops.ingest.index.pgvector import PgVectorIndex
+from knowledgeops.ingest.index.sqlite import SqliteIndex
+from knowledgeops.ingest.lifecycle import DocumentLifecycle
+from knowledgeops.ingest.parsers.isolated import InlineParsing, IsolatedParsing
+from knowledgeops.ingest.parsers.limits import ParseLimits
+from knowledgeops.ingest.pipeline import IngestPipeline
+from knowledgeops.jobs.dispatch import Dispatcher
+from knowledgeops.jobs.relay import Relay
+from knowledgeops.jobs.retry import RetryPolicy
+from knowledgeops.jobs.sql_store import SqlJobStore
+from knowledgeops.jobs.store import JobStore
+from knowledgeops.service.datasets import DatasetDefaults, Datasets
+from knowledgeops.service.documents import Documents
+from knowledgeops.service.jobs import Jobs
+from knowledgeops.service.keys import ApiKeys
+from knowledgeops.service.knowledge_base import Admission, KnowledgeBase
+from knowledgeops.service.search import Search
+from knowledgeops.service.uploads import Uploads
+from knowledgeops.settings import Settings
+
+
+def make_index(db: Database, dimension: int) -> ChunkIndex:
+    return SqliteIndex(db, dimension) if db.is_sqlite else PgVectorIndex(db, dimension)
+
+
+def make_store(db: Database, index: ChunkIndex) -> SqlJobStore:
+    """The job store, with documents and the index following every job's transitions."""
+    return SqlJobStore(db, DocumentLifecycle(index))
+
+
+def model_dimension(settings: Settings) -> int:
+    """The configured model's vector size, known without loading the model (the relay and
+    `kops migrate` need it for the index tables)."""
+    if settings.embedder == "openai":
+        return settings.openai_dimensions
+    return LocalMiniLM.dimension
+
+
+def make_model(settings: Settings) -> Embedder:
+    if settings.embedder == "openai":
+        limit: ConcurrencyLimit = (
+            RedisLimit(
+                settings.cache_url.get_secret_value(),
+                settings.openai_concurrency,
+                lease_s=settings.openai_timeout_s + 30,
+            )
+            if settings.cache_url is not None
+            else LocalLimit(settings.openai_concurrency)
+        )
+        key = settings.openai_api_key
+        return OpenAIEmbedder(
+            base_url=settings.openai_base_url,
+            model=settings.openai_model,
+            dimension=settings.openai_dimensions,
+            keys=KeySource(
+                key.get_secret_value() if key is not None else None,
+                settings.openai_api_key_file,
+            ),
+            limit=limit,
+            timeout_s=settings.openai_timeout_s,
+        )
+    if settings.model_variant == "int8":
+        return OnnxMiniLM(settings.data_dir / "models", threads=settings.model_threads)
+    return LocalMiniLM(threads=settings.model_threads)
+
+
+def make_embedder(
+    settings: Settings, db: Database, embedder: Embedder | None = None, *, nice: int = 0
+) -> Embedder:
+    """The model (or the one given, in tests), behind the embedding cache unless it is off. A
+    local model runs in its own thread, fed in batches across documents (ModelScheduler), `nice`
+    below the process's priority (the embedded default, whose API shares the process)."""
+    model: Embedder = embedder or make_model(settings)
+    if model.local_model:
+        model = ModelScheduler(model, batch_size=settings.embed_batch_size, nice=nice)
+    if not settings.embed_cache:
+        return model
+    cache: EmbeddingCache = (
+        RedisEmbeddingCache(settings.cache_url.get_secret_value())
+        if settings.cache_url is not None
+        else SqlEmbeddingCache(db)
+    )
+    return CachedEmbedder(model, cache)
+
+
+def preload(embedder: Embedder) -> None:
+    """Load the model in the background so the first job or query does not wait for it; a model
+    that must prove itself first (the int8 build and its check) loads now, and its failure stops
+    the start with its message instead of failing every job."""
+    if embedder.load_before_ready:
+        embedder.load()
+        return
+    threading.Thread(target=embedder.load, name="kops-model-load", daemon=True).start()
+
+
+def parse_limits(settings: Settings) -> ParseLimits:
+    return ParseLimits(
+        max_pdf_pages=settings.max_pdf_pages,
+        max_unzipped_mb=settings.max_unzipped_mb,
+        max_zip_ratio=settings.max_zip_ratio,
+        max_html_mb=settings.max_html_mb,
+        max_text_chars=settings.max_text_chars,
+        max_chunks=settings.max_chunks_per_document,
+        parse_timeout_s=settings.parse_timeout_s,
+        parse_memory_mb=settings.parse_memory_mb,
+    )
+
+
+def make_pipeline(
+    settings: Settings, db: Database, blobs: LocalBlobStore, index: ChunkIndex, embedder: Embedder
+) -> IngestPipeline:
+    limits = parse_limits(settings)
+    parsing = (
+        IsolatedParsing(limits) if settings.parse_isolation == "process" else InlineParsing(limits)
+    )
+    return IngestPipeline(
+        db,
+        blobs,
+        index,
+        embedder,
+        HFTokenizer(load_tokenizer()),
+        batch_size=settings.embed_batch_size,
+        parsing=parsing,
+        part_pages=settings.pdf_part_pages,
+    )
+
+
+def retry_policy(settings: Settings) -> RetryPolicy:
+    return RetryPolicy(settings.backoff_base_s, settings.backoff_max_s)
+
+
+def make_relay(settings: Settings, store: JobStore, dispatcher: Dispatcher, clock: Clock) -> Relay:
+    return Relay(
+        store,
+        dispatcher,
+        policy=retry_policy(settings),
+        stale_after_s=settings.stale_after_s,
+        republish_after_s=settings.republish_after_s,
+        interval_s=settings.relay_interval_s,
+        clock=clock,
+    )
+
+
+def make_knowledge_base(
+    settings: Settings,
+    db: Database,
+    blobs: LocalBlobStore,
+    index: ChunkIndex,
+    store: JobStore,
+    embedder: Embedder,
+    *,
+    notify: Callable[[], None],
+    readiness: Callable[[], dict[str, object]],
+) -> KnowledgeBase:
+    """The use cases the API and the CLI share, over this process's database and files.
+    `notify` is called after a transaction wrote an outbox row (it wakes an in-process relay)."""
+    attempts = settings.max_attempts
+    defaults = DatasetDefaults(embedder.model_id, settings.chunk_size, settings.chunk_overlap)
+    datasets = Datasets(db, index, blobs, defaults)
+    jobs = Jobs(db, store, retry_attempts=attempts, notify=notify)
+    return KnowledgeBase(
+        datasets=datasets,
+        documents=Documents(db, store, index, blobs, max_attempts=attempts, notify=notify),
+        uploads=Uploads(
+            db,
+            store,
+            datasets,
+            jobs,
+            blobs,
+            max_attempts=attempts,
+            notify=notify,
+            max_waiting_jobs=settings.max_waiting_jobs,
+            max_upload_bytes=settings.max_upload_bytes,
+        ),
+        jobs=jobs,
+        search=Search(db, datasets, index, embedder.for_queries()),
+        keys=ApiKeys(db),
+        store=store,
+        admission=Admission.from_settings(settings),
+        readiness=readiness,
+    )
