@@ -32,7 +32,8 @@ class Settings(BaseSettings):
         None, description="SQLAlchemy URL; default: a SQLite file in data_dir."
     )
 
-    # scale-out (DESIGN.md §2, §7): a broker feeds Celery workers; Redis caches embeddings
+    # scale-out (docs/architecture.md: Two topologies): a broker feeds Celery workers; Redis caches
+    # embeddings
     broker_url: SecretStr | None = Field(
         None, description="Celery broker for `kops worker`/`kops relay`: redis://… or amqp://…"
     )
@@ -247,7 +248,7 @@ def _check_rate(rate: str) -> None:
 
 def _check_redis_roles(broker: SecretStr | None, cache: SecretStr | None) -> None:
     """Broker and cache must not share a Redis database: flushing the cache would drop jobs'
-    messages (DESIGN.md §7)."""
+    messages (docs/architecture.md: Two topologies)."""
 
     if cache is None:
         return

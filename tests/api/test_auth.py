@@ -129,7 +129,7 @@ def test_first_start_makes_one_key_shows_it_once_and_stores_only_its_hash(
     key_file.unlink()  # as the operator is told to
     again = make_runtime(data_dir=data_dir)
     assert not key_file.exists()
-    assert len(again.keys.list()) == 1  # type: ignore[attr-defined]
+    assert len(again.service.keys.list()) == 1  # type: ignore[attr-defined]
 
 
 def test_on_a_terminal_the_first_key_is_printed(

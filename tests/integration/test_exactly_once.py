@@ -290,7 +290,7 @@ def test_a_restart_finishes_what_was_accepted(
 
     upgrade(quiet.db.engine)
     quiet.index.ensure()
-    quiet.datasets.ensure_default("default")
+    quiet.service.datasets.ensure_default("default")
     jobs = [upload(quiet, tmp_path, f"{t}.txt", long_text(t, 10)) for t in TOPICS[:3]]
     quiet.db.dispose()
     quiet.lock.release()
@@ -421,4 +421,4 @@ def test_unreferenced_stored_files_are_swept_at_start(
     stray.write_bytes(b"left behind by a commit that failed")
     again = make_runtime(data_dir=data_dir)
     assert not stray.exists()
-    assert again.blobs.exists(again.documents.get("default", kept.document_id).sha256)
+    assert again.blobs.exists(again.service.documents.get("default", kept.document_id).sha256)

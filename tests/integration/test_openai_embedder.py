@@ -306,8 +306,8 @@ def test_documents_are_embedded_by_the_provider_and_searchable(
     assert isinstance(openai_runtime.embedder, CachedEmbedder) is False  # tests run uncached
     job = _finished(openai_runtime, _accept(openai_runtime, tmp_path, "a.txt", TEXT))
     assert (job.status, job.processed_chunks) == ("completed", job.total_chunks)
-    dataset = openai_runtime.datasets.ensure_default("default").id
-    hits = openai_runtime.search.search(
+    dataset = openai_runtime.service.datasets.ensure_default("default").id
+    hits = openai_runtime.service.search.search(
         "default", dataset, "kettle", top_k=3, mode=SearchMode.VECTOR
     )
     assert hits
@@ -337,7 +337,7 @@ def test_a_refused_key_fails_the_job_for_the_user_and_retry_works_once_fixed(
     assert job.retryable
     assert SECRET not in (job.error or "")
     key_file.write_text("sk-the-new-key\n")  # the operator fixes the key: no restart
-    retried = openai_runtime.jobs.retry("default", job.id)
+    retried = openai_runtime.service.jobs.retry("default", job.id)
     assert _finished(openai_runtime, retried.id).status == "completed"
 
 
@@ -345,14 +345,14 @@ def test_a_search_while_the_provider_is_down_is_503_not_a_crash(
     openai_runtime: EmbeddedRole, provider: Provider
 ) -> None:
     provider.control(mode="error500")
-    dataset = openai_runtime.datasets.ensure_default("default").id
+    dataset = openai_runtime.service.datasets.ensure_default("default").id
     with pytest.raises(ServiceUnavailable) as caught:
-        openai_runtime.search.search(
+        openai_runtime.service.search.search(
             "default", dataset, "anything", top_k=3, mode=SearchMode.VECTOR
         )
     assert "keyword search still works" in caught.value.message
     assert (
-        openai_runtime.search.search(
+        openai_runtime.service.search.search(
             "default", dataset, "anything", top_k=3, mode=SearchMode.KEYWORD
         )
         == []
@@ -379,14 +379,14 @@ def test_a_search_does_not_queue_behind_ingestion_for_a_provider_slot(
 ) -> None:
     """Every slot of the shared limit is taken (as by busy workers): a vector search answers 503
     after about one request's timeout instead of waiting for ingestion to finish."""
-    limit = openai_runtime.search.embedder.limit  # type: ignore[attr-defined]
-    dataset = openai_runtime.datasets.ensure_default("default").id
+    limit = openai_runtime.service.search.embedder.limit  # type: ignore[attr-defined]
+    dataset = openai_runtime.service.datasets.ensure_default("default").id
     with contextlib.ExitStack() as held:
         for _ in range(limit.size):
             held.enter_context(limit.slot())
         started = time.monotonic()
         with pytest.raises(ServiceUnavailable) as caught:
-            openai_runtime.search.search(
+            openai_runtime.service.search.search(
                 "default", dataset, "kettle", top_k=3, mode=SearchMode.VECTOR
             )
         assert caught.value.code == "search_embedder_busy"

@@ -1,4 +1,5 @@
-"""Request and response bodies, in camelCase (the original API's contract, DESIGN.md §9).
+"""Request and response bodies, in camelCase (the original API's contract: docs/architecture.md,
+The API contract).
 
 Named for their direction: `…Create`, `…Update`, `…Public`, `…sPublic`.
 """

@@ -1,4 +1,5 @@
-"""The declared schema (DESIGN.md §3). Migrations are generated from it and tested against it.
+"""The declared schema (docs/architecture.md: Data model). Migrations are generated from it and
+tested against it.
 
 Index structures that belong to one engine (sqlite-vec and FTS5 virtual tables, pgvector columns)
 are owned by that engine's index adapter, not declared here.
@@ -216,8 +217,9 @@ class Chunk(Base):
 
 
 class EmbeddingCacheEntry(Base):
-    """One cached vector (DESIGN.md §10). `model_id` holds the cache version and the model id
-    (`v1:<model id>`, see ingest/embedders/cache.py); `vector` is little-endian float32 bytes."""
+    """One cached vector (docs/architecture.md: Embedding and search). `model_id` holds the cache
+    version and the model id (`v1:<model id>`, see ingest/embedders/cache.py); `vector` is
+    little-endian float32 bytes."""
 
     __tablename__ = "embedding_cache"
 

@@ -1,7 +1,8 @@
 """Keeps documents and the index in step with their jobs, inside each transition's transaction.
 
 Registered with the job store as its `TransitionListener`: when a job completes, its generation
-becomes the document's searchable one in the same transaction (DESIGN.md §5); when it fails or is
+becomes the document's searchable one in the same transaction (docs/architecture.md: Exactly-once
+effects and generations); when it fails or is
 cancelled, its partial generation is dropped and the previous one stays searchable; when an
 attempt starts, whatever an earlier attempt wrote of its generation is dropped first.
 

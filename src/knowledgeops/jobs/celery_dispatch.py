@@ -1,5 +1,5 @@
-"""Celery as the scale-out broker (DESIGN.md §2, §6): configured for at-least-once delivery with
-the database as the truth.
+"""Celery as the scale-out broker, configured for at-least-once delivery with the database as the
+truth (docs/architecture.md: Two topologies; Failure classes).
 
 - `task_acks_late` + `task_reject_on_worker_lost`: a message is acknowledged only after the job
   ran, and a worker that dies mid-job gives its message back.

@@ -1,4 +1,5 @@
-"""Turning any exception a job raised into a classified `JobError` (DESIGN.md §6), in one place."""
+"""Turning any exception a job raised into a classified `JobError`, in one place
+(docs/architecture.md: Failure classes)."""
 
 from __future__ import annotations
 

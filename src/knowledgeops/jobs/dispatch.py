@@ -1,7 +1,7 @@
 """Dispatch: how a job id reaches a worker. The relay publishes; a broker delivers at least once.
 
 The message is only the job id: a worker reloads everything else from the database, and no
-credential ever travels in a message (DESIGN.md §8).
+credential ever travels in a message (docs/architecture.md: Configuration and secrets).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""One active relay among several (DESIGN.md §2): a PostgreSQL session-level advisory lock.
+"""One active relay among several (docs/architecture.md: Two topologies): a PostgreSQL
+session-level advisory lock.
 
 The leader holds the lock on a connection of its own. When its process dies, PostgreSQL closes
 the session and frees the lock at once; a standby polling `pg_try_advisory_lock` takes over on

@@ -1,4 +1,5 @@
-"""The relay: closes the gap between a database commit and the broker (DESIGN.md §6).
+"""The relay: closes the gap between a database commit and the broker (docs/architecture.md:
+Failure classes).
 
 Each pass it (1) moves running jobs whose heartbeat went stale to retrying or failed, (2) writes a
 new outbox row for runnable jobs nobody claimed long after their last publish, (3) publishes due

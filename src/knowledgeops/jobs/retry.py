@@ -1,4 +1,5 @@
-"""Retry policy: exponential backoff with full jitter, bounded by attempts (DESIGN.md §6)."""
+"""Retry policy: exponential backoff with full jitter, bounded by attempts (docs/architecture.md:
+Failure classes)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`run_job(job_id)`: the one code path every worker runs, in every topology (DESIGN.md §1).
+"""`run_job(job_id)`: the one code path every worker runs, in every topology (docs/architecture.md:
+Data flow).
 
 The message is never trusted: the job is reloaded, claimed by compare-and-set, handed to the
 registered handler with a `JobContext`, and finished with a write fenced by the worker's lease.

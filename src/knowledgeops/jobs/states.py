@@ -1,4 +1,5 @@
-"""The job state machine (DESIGN.md §4): every status, every stage, and every allowed transition.
+"""The job state machine (docs/architecture.md: The job state machine): every status, every stage,
+and every allowed transition.
 
     pending ──claim──▶ running ──complete──▶ completed
        │                 │ retry_later (transient, attempts left; worker lost) ──▶ retrying

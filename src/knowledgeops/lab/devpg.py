@@ -1,9 +1,10 @@
 """A local PostgreSQL 16 with pgvector, run from the binaries the `pgserver` package ships.
 
-Debian here has no pgvector package; `pgserver` (PyPI) carries PostgreSQL 16 with pgvector
-(DESIGN.md §11). This runs `initdb` and `pg_ctl` on a folder and a TCP port of your choosing, for
-the scale-out quick start (`kops postgres start`) and for the tests. Production brings its own
-PostgreSQL ≥ 15 with pgvector; nothing in the service depends on this module.
+Debian here has no pgvector package (the machine's own PostgreSQL has none); `pgserver` (PyPI)
+carries PostgreSQL 16 with pgvector. This runs `initdb` and `pg_ctl` on a folder and a TCP port
+of your choosing, for the scale-out quick start (`kops postgres start`) and for the tests.
+Production brings its own PostgreSQL ≥ 15 with pgvector; nothing in the service depends on this
+module.
 
 PostgreSQL refuses to run as root; as root the server runs as the `postgres` system user, which
 must exist (it does wherever Debian's PostgreSQL is installed).

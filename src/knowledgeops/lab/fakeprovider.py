@@ -61,6 +61,19 @@ class ProviderState:
                 self.keys = set(body["keys"])
             return {"mode": self.mode, "remaining": self.remaining}
 
+    @contextmanager
+    def in_flight_request(self) -> Iterator[None]:
+        """Count a request, and the most answered at once."""
+        with self.lock:
+            self.requests += 1
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
     def fault(self) -> str:
         with self.lock:
             if self.mode == "ok":
@@ -79,39 +92,22 @@ def create_provider_app(embedder: Embedder, state: ProviderState | None = None) 
     app.state.provider = state
     model_lock = threading.Lock()
 
-    def error(status: int, message: str, **headers: str) -> JSONResponse:
-        with state.lock:
-            state.refused[status] += 1
-        body = {"error": {"message": message, "type": "fake_provider_error"}}
-        return JSONResponse(body, status_code=status, headers=headers)
-
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> Any:
-        with state.lock:
-            state.requests += 1
-            state.in_flight += 1
-            state.max_in_flight = max(state.max_in_flight, state.in_flight)
-        try:
+        with state.in_flight_request():
             token = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
             mode = state.fault()
-            if mode == "unauthorized" or token not in state.keys:
-                return error(401, "Incorrect API key provided.")
-            if mode == "throttle":
-                return error(
-                    429, "Rate limit reached.", **{"Retry-After": f"{state.retry_after:g}"}
-                )
-            if mode == "error500":
-                return error(500, "The server had an error while processing your request.")
+            refused = _refusal(state, mode, token)
+            if refused is not None:
+                return refused
             if mode == "hang":
                 await asyncio.sleep(3600)
             body = await request.json()
             texts = body.get("input")
-            if isinstance(texts, str):
-                texts = [texts]
-            if mode == "bad_request" or not isinstance(texts, list) or not texts:
-                return error(400, "'input' must be a non-empty list of strings.")
-            if not all(isinstance(t, str) and t for t in texts):
-                return error(400, "every input must be a non-empty string.")
+            texts = [texts] if isinstance(texts, str) else texts
+            bad = _bad_input(state, mode, texts)
+            if bad is not None:
+                return bad
 
             def embed() -> Any:
                 with model_lock:
@@ -131,9 +127,6 @@ def create_provider_app(embedder: Embedder, state: ProviderState | None = None) 
                 ],
                 "usage": {"prompt_tokens": 0, "total_tokens": 0},
             }
-        finally:
-            with state.lock:
-                state.in_flight -= 1
 
     @app.post("/_control")
     async def control(request: Request) -> Any:
@@ -153,6 +146,33 @@ def create_provider_app(embedder: Embedder, state: ProviderState | None = None) 
             }
 
     return app
+
+
+def _error(state: ProviderState, status: int, message: str, **headers: str) -> JSONResponse:
+    with state.lock:
+        state.refused[status] += 1
+    body = {"error": {"message": message, "type": "fake_provider_error"}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _refusal(state: ProviderState, mode: str, token: str) -> JSONResponse | None:
+    """The answer of a fault (or of a wrong key), as the provider would give it."""
+    if mode == "unauthorized" or token not in state.keys:
+        return _error(state, 401, "Incorrect API key provided.")
+    if mode == "throttle":
+        retry = {"Retry-After": f"{state.retry_after:g}"}
+        return _error(state, 429, "Rate limit reached.", **retry)
+    if mode == "error500":
+        return _error(state, 500, "The server had an error while processing your request.")
+    return None
+
+
+def _bad_input(state: ProviderState, mode: str, texts: Any) -> JSONResponse | None:
+    if mode == "bad_request" or not isinstance(texts, list) or not texts:
+        return _error(state, 400, "'input' must be a non-empty list of strings.")
+    if not all(isinstance(t, str) and t for t in texts):
+        return _error(state, 400, "every input must be a non-empty string.")
+    return None
 
 
 @contextmanager

@@ -100,7 +100,8 @@ class Jobs:
 
 def _latest_and_alone(tx: Tx, job: Job) -> None:
     """Only the document's newest job may run again, and only when no other job of it is open:
-    an older generation completing later would replace newer content (DESIGN.md §5)."""
+    an older generation completing later would replace newer content (docs/architecture.md:
+    Exactly-once effects and generations)."""
     latest = tx.execute(
         select(documents.c.latest_generation).where(documents.c.id == job.document_id)
     ).scalar_one_or_none()

@@ -20,10 +20,9 @@ from knowledgeops.ingest.parsers.isolated import (
     InlineParsing,
     IsolatedParsing,
     ParserProcess,
-    _DraftGuard,
-    _drafts,
 )
 from knowledgeops.ingest.parsers.limits import DEFAULT_LIMITS, ParseLimits
+from knowledgeops.ingest.parsers.wire import DraftGuard, drafts_of
 from knowledgeops.ingest.prepare import ChunkSpec, ChunkStream
 from tests.conftest import wait_for
 from tests.fixtures.documents import (
@@ -292,17 +291,17 @@ def _draft(ordinal: int, tokens: int = 10, pages: tuple[Any, Any] = (1, 1)) -> l
 )
 def test_malformed_drafts_from_a_child_are_refused(items: Any) -> None:
     with pytest.raises(JobError) as caught:
-        list(_drafts({"kind": "drafts", "drafts": items}))
+        list(drafts_of({"kind": "drafts", "drafts": items}))
     assert caught.value.code == "parser_crashed"
 
 
 def test_the_worker_checks_what_a_child_sends_whatever_the_child_did() -> None:
     spec = ChunkSpec(size=20, overlap=4, max_text_chars=50, max_chunks=3)
 
-    def fed(*drafts: list[Any]) -> _DraftGuard:
-        guard = _DraftGuard(spec)
+    def fed(*drafts: list[Any]) -> DraftGuard:
+        guard = DraftGuard(spec)
         for item in drafts:
-            guard.check(next(_drafts({"drafts": [item]})))
+            guard.check(next(drafts_of({"drafts": [item]})))
         return guard
 
     for bad in ([_draft(1)], [_draft(0), _draft(0)], [_draft(0, tokens=21)], [_draft(0, 0)]):

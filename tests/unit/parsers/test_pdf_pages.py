@@ -16,12 +16,11 @@ from knowledgeops.ingest.parsers.base import ContentType
 from knowledgeops.ingest.parsers.isolated import (
     InlineParsing,
     IsolatedParsing,
-    _DraftGuard,
-    _drafts,
 )
 from knowledgeops.ingest.parsers.limits import DEFAULT_LIMITS
 from knowledgeops.ingest.parsers.pdf import PdfParser
 from knowledgeops.ingest.parsers.registry import page_count, parse
+from knowledgeops.ingest.parsers.wire import DraftGuard, drafts_of
 from knowledgeops.ingest.prepare import ChunkSpec, ChunkStream
 from tests.fixtures.documents import make_pdf, make_scanned_pdf, make_text
 
@@ -113,11 +112,11 @@ def test_the_child_counts_pages_and_chunks_a_range_as_inline_does(tmp_path: Path
 
 
 def test_the_worker_refuses_drafts_from_outside_the_range_it_asked_for() -> None:
-    guard = _DraftGuard(_range(5, 8))
-    guard.check(next(_drafts({"drafts": [[0, "in range", 5, 5, 6, None]]})))
+    guard = DraftGuard(_range(5, 8))
+    guard.check(next(drafts_of({"drafts": [[0, "in range", 5, 5, 6, None]]})))
     for pages in ((4, 5), (8, 9)):
         with pytest.raises(JobError) as caught:
-            guard.check(next(_drafts({"drafts": [[1, "outside", 5, *pages, None]]})))
+            guard.check(next(drafts_of({"drafts": [[1, "outside", 5, *pages, None]]})))
         assert caught.value.code == "parser_crashed"
 
 

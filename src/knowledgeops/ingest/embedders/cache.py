@@ -1,5 +1,5 @@
 """An embedding cache keyed by (model id, sha256 of the text): re-ingesting known text costs no
-model calls (DESIGN.md §10).
+model calls (docs/architecture.md: Embedding and search).
 
 `CachedEmbedder` wraps any `Embedder` and asks an `EmbeddingCache` first. Three caches share one
 small protocol and one contract suite: in memory (tests, one process), SQL (the service's own
@@ -10,9 +10,9 @@ never be answered with an old vector; the two are joined into one namespace stri
 cache stores in its `model_id` column. Vectors are stored as little-endian float32 bytes.
 
 The SQL cache is the database the jobs write to, so its errors are the job's errors. Redis is a
-separate service and only an optimisation (DESIGN.md §7): when it fails, reads are misses and
-writes are skipped, with a warning at most once a minute, and it is left alone for a few seconds
-so that a Redis that hangs costs one timeout, not one per batch.
+separate service and only an optimisation (docs/architecture.md: Two topologies): when it fails,
+reads are misses and writes are skipped, with a warning at most once a minute, and it is left
+alone for a few seconds so that a Redis that hangs costs one timeout, not one per batch.
 """
 
 from __future__ import annotations

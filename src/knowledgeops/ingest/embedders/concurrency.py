@@ -1,4 +1,5 @@
-"""One limit on concurrent provider requests, shared by every worker (DESIGN.md §10).
+"""One limit on concurrent provider requests, shared by every worker (docs/architecture.md:
+Embedding and search).
 
 `LocalLimit` is a semaphore for the threads of one process (the embedded default).
 `RedisLimit` is a semaphore in Redis for every process on every machine: each holder is a member

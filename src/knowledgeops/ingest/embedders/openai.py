@@ -1,10 +1,11 @@
 """An OpenAI-compatible HTTP embedder (`KOPS_EMBEDDER=openai`): POST {base}/embeddings.
 
-Every answer is classified (DESIGN.md §6): timeouts, connection errors, 429 (with its
-Retry-After) and 5xx are transient; 401/403 need the user to fix the key; 400 and other 4xx mean
-this input cannot be embedded (permanent). The key comes from a setting or a file; the file is
-read again when it changes (so new jobs use a rotated key without a restart) and once more after
-a 401 before the job is failed. No key ever appears in a message, a log line or a job row.
+Every answer is classified (docs/architecture.md: Failure classes): timeouts, connection errors,
+429 (with its Retry-After) and 5xx are transient; 401/403 need the user to fix the key; 400 and
+other 4xx mean this input cannot be embedded (permanent). The key comes from a setting or a file;
+the file is read again when it changes (so new jobs use a rotated key without a restart) and once
+more after a 401 before the job is failed. No key ever appears in a message, a log line or a job
+row.
 
 One concurrency limit is shared by every worker: a semaphore in this process, or in Redis in
 the scale-out topology (see `concurrency.py`).

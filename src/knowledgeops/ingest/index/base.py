@@ -110,7 +110,8 @@ _NAMESPACE = uuid.UUID("5f1d0c52-8f7e-4c3a-9a51-7d0e8f1b2c3d")
 
 
 def chunk_id(document_id: str, generation: int, ordinal: int) -> str:
-    """Stable: the same (document, generation, ordinal) always gets the same id (DESIGN.md §5)."""
+    """Stable: the same (document, generation, ordinal) always gets the same id
+    (docs/architecture.md: Exactly-once effects and generations)."""
     return str(uuid.uuid5(_NAMESPACE, f"{document_id}/{generation}/{ordinal}"))
 
 

@@ -29,20 +29,19 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
 
 from knowledgeops.errors import (
-    ErrorCategory,
-    JobError,
     PermanentError,
     TransientError,
     UserActionRequired,
 )
 from knowledgeops.ingest.chunker import ChunkDraft, Tokenizer
 from knowledgeops.ingest.parsers import limits as parse_limits
+from knowledgeops.ingest.parsers import wire
 from knowledgeops.ingest.parsers.base import Block
 from knowledgeops.ingest.parsers.limits import ParseLimits
 from knowledgeops.ingest.prepare import ChunkSpec, prepare
@@ -88,7 +87,7 @@ class ParserProcess:
                 raise TransientError(
                     "the parser process did not start in time", code="parser_start"
                 )
-            ready = _decode(conn.recv_bytes())
+            ready = wire.decode(conn.recv_bytes())
             if ready.get("kind") != "ready":
                 raise TransientError("the parser process did not start", code="parser_start")
         except BaseException as exc:
@@ -138,7 +137,7 @@ class ParserProcess:
         child, so no document ever reads another's blocks."""
         for item in self._request(path, content_type, limits, None):
             if not isinstance(item, Block):
-                raise _unexpected()
+                raise wire.unexpected()
             yield item
 
     def chunks(
@@ -147,14 +146,14 @@ class ParserProcess:
         """The file's chunk drafts, cleaned and chunked in the child too (ingest/prepare.py);
         returns the last page number. Lazy, like `parse`."""
         answers = self._request(path, content_type, limits, spec)
-        guard = _DraftGuard(spec)
+        guard = wire.DraftGuard(spec)
         while True:
             try:
                 item = next(answers)
             except StopIteration as stop:
                 return guard.pages(stop.value)
             if not isinstance(item, ChunkDraft):
-                raise _unexpected()
+                raise wire.unexpected()
             guard.check(item)
             yield item
 
@@ -169,7 +168,7 @@ class ParserProcess:
             if value is None or (type(value) is int and value >= 1):
                 return value
         answers.close()  # anything else is a child not to be trusted further
-        raise _unexpected()
+        raise wire.unexpected()
 
     def _request(
         self,
@@ -205,7 +204,7 @@ class ParserProcess:
                 began = time.monotonic()
                 try:
                     ready = remaining > 0 and conn.poll(remaining)
-                    message = _decode(conn.recv_bytes()) if ready else None
+                    message = wire.decode(conn.recv_bytes()) if ready else None
                 except (EOFError, OSError):
                     raise self._crashed() from None
                 waited += time.monotonic() - began
@@ -218,10 +217,10 @@ class ParserProcess:
                     )
                 kind = message.get("kind")
                 if kind == "blocks":
-                    yield from _blocks(message)
+                    yield from wire.blocks_of(message)
                     continue
                 if kind == "drafts":
-                    yield from _drafts(message)
+                    yield from wire.drafts_of(message)
                     continue
                 finished = kind in ("done", "error", "oserror")
                 if finished:
@@ -229,7 +228,7 @@ class ParserProcess:
                 if kind == "done":
                     return message.get("pages")
                 if kind == "error":
-                    raise _job_error(message)
+                    raise wire.job_error(message)
                 if kind == "oserror":
                     errno = message.get("errno")
                     reason = str(message.get("message", ""))
@@ -274,110 +273,6 @@ class ParserProcess:
 def _child_env() -> dict[str, str]:
     keep = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "HOME")
     return {name: os.environ[name] for name in keep if name in os.environ}
-
-
-def _decode(data: bytes) -> dict[str, Any]:
-    message = json.loads(data)
-    if not isinstance(message, dict):
-        raise PermanentError(
-            "the parser process answered something unexpected", code="parser_crashed"
-        )
-    return message
-
-
-def _blocks(message: dict[str, Any]) -> Iterator[Block]:
-    """The blocks of one message, checked: text a string, page an int or null, section a
-    string or null."""
-    for item in message.get("blocks", ()):
-        text, page, section = item
-        if not isinstance(text, str) or not (page is None or isinstance(page, int)):
-            raise PermanentError(
-                "the parser process answered something unexpected", code="parser_crashed"
-            )
-        if not (section is None or isinstance(section, str)):
-            raise PermanentError(
-                "the parser process answered something unexpected", code="parser_crashed"
-            )
-        yield Block(text=text, page=page, section=section)
-
-
-def _unexpected() -> PermanentError:
-    return PermanentError("the parser process answered something unexpected", code="parser_crashed")
-
-
-def _drafts(message: dict[str, Any]) -> Iterator[ChunkDraft]:
-    """The chunk drafts of one message, checked field by field (the child is not trusted)."""
-    items = message.get("drafts")
-    if not isinstance(items, list):
-        raise _unexpected()
-    for item in items:
-        if not isinstance(item, list) or len(item) != 6:
-            raise _unexpected()
-        ordinal, text, tokens, page_start, page_end, section = item
-        valid = (
-            type(ordinal) is int
-            and isinstance(text, str)
-            and type(tokens) is int
-            and all(p is None or (type(p) is int and p >= 1) for p in (page_start, page_end))
-            and (section is None or isinstance(section, str))
-        )
-        if not valid:
-            raise _unexpected()
-        yield ChunkDraft(ordinal, text, tokens, page_start, page_end, section)
-
-
-class _DraftGuard:
-    """What the worker checks itself of the drafts a child sends, whatever the child did:
-    ordinals 0, 1, 2, … without a gap, token counts within the chunk size, page ranges in order
-    (and within the pages asked for), and the document limits (as `prepare` raises them inline:
-    a child that ignores them is stopped here)."""
-
-    def __init__(self, spec: ChunkSpec) -> None:
-        self.spec = spec
-        self.count = 0
-        self.chars = 0
-        self.last_page = 0
-
-    def check(self, draft: ChunkDraft) -> None:
-        spec = self.spec
-        if draft.ordinal != self.count or not 0 < draft.token_count <= spec.size:
-            raise _unexpected()
-        if draft.page_start is not None and draft.page_end is not None:
-            if draft.page_start > draft.page_end:
-                raise _unexpected()
-            asked = spec.pages
-            if asked is not None and not asked[0] <= draft.page_start <= draft.page_end <= asked[1]:
-                raise _unexpected()
-            self.last_page = max(self.last_page, draft.page_end)
-        self.count += 1
-        self.chars += len(draft.text)
-        if self.count > spec.max_chunks:
-            raise UserActionRequired(
-                f"The document makes more than {spec.max_chunks:,} chunks "
-                "(KOPS_MAX_CHUNKS_PER_DOCUMENT). Split it into smaller documents.",
-                code="too_many_chunks",
-            )
-        # overlap is under half a chunk, so no character is in more than two chunks
-        if self.chars > 2 * spec.max_text_chars:
-            raise UserActionRequired(
-                f"The document holds more than {spec.max_text_chars:,} characters of text "
-                "(KOPS_MAX_TEXT_CHARS). Split it into smaller documents.",
-                code="text_too_long",
-            )
-
-    def pages(self, value: Any) -> int | None:
-        if value is None:
-            return None
-        if type(value) is not int or value < max(1, self.last_page):
-            raise _unexpected()
-        return int(value)
-
-
-def _job_error(message: dict[str, Any]) -> JobError:
-    code, text = str(message.get("code", "parse_error")), str(message.get("message", ""))
-    if message.get("category") == ErrorCategory.USER_ACTION_REQUIRED.value:
-        return UserActionRequired(text, code=code)
-    return PermanentError(text, code=code)
 
 
 class Parsing(Protocol):

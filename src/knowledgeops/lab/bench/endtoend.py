@@ -32,10 +32,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from knowledgeops.db.engine import Database
+from knowledgeops.jobs.states import TERMINAL
 from knowledgeops.roles.first_key import FIRST_KEY_FILE
 
 SUFFIXES = {".pdf", ".docx", ".html", ".htm", ".md", ".markdown", ".txt"}
-TERMINAL = {"completed", "failed", "cancelled"}
 STAGES = ("parsing", "chunking", "embedding", "indexing")
 POLL_S = 1.0  # s between progress polls: rare enough to cost the service nothing measurable;
 # the figures come from the jobs' own timestamps, so polling adds no error to them
@@ -204,32 +204,22 @@ def measure(
     created = client.post("/datasets", json={"name": f"bench-{name}-{time.time_ns()}"})
     created.raise_for_status()
     dataset_id = created.json()["id"]
-    accepts: list[float] = []
     began = time.time()
-    for path in files:
-        with path.open("rb") as handle:
-            t0 = time.perf_counter()
-            response = client.post(
-                "/docs/upload",
-                params={"datasetId": dataset_id},
-                files={"file": (path.name, handle)},
-            )
-            accepts.append((time.perf_counter() - t0) * 1000)
-        response.raise_for_status()
+    accepts = _upload_timed(client, files, dataset_id)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and _ended(client, dataset_id) < len(files):
+    while time.monotonic() < deadline and ended_jobs(client, dataset_id) < len(files):
         time.sleep(POLL_S)
-    jobs = _jobs(client, dataset_id)
+    jobs = dataset_jobs(client, dataset_id)
     after = stage_seconds(client)
     ended = [j for j in jobs if j["status"] in TERMINAL]
     completed = [j for j in ended if j["status"] == "completed"]
     last = max((_epoch(j["finishedAt"]) for j in ended), default=time.time())
     wall = max(1e-6, last - began)
     searchable = [_epoch(j["finishedAt"]) - _epoch(j["createdAt"]) for j in completed]
-    pages = 0
-    for job in completed:
-        document = client.get(f"/docs/documents/{job['documentId']}").json()
-        pages += document.get("pageCount") or 0
+    pages = sum(
+        client.get(f"/docs/documents/{job['documentId']}").json().get("pageCount") or 0
+        for job in completed
+    )
     chunks = sum(j["totalChunks"] or 0 for j in completed)
     return RunFigures(
         name=name,
@@ -253,7 +243,23 @@ def measure(
     )
 
 
-def _ended(client: httpx.Client, dataset_id: str) -> int:
+def _upload_timed(client: httpx.Client, files: list[Path], dataset_id: str) -> list[float]:
+    """Upload each file into the dataset; how long each took to be accepted, in ms."""
+    accepts: list[float] = []
+    for path in files:
+        with path.open("rb") as handle:
+            t0 = time.perf_counter()
+            response = client.post(
+                "/docs/upload",
+                params={"datasetId": dataset_id},
+                files={"file": (path.name, handle)},
+            )
+            accepts.append((time.perf_counter() - t0) * 1000)
+        response.raise_for_status()
+    return accepts
+
+
+def ended_jobs(client: httpx.Client, dataset_id: str) -> int:
     total = 0
     for status in TERMINAL:
         response = client.get(
@@ -264,7 +270,7 @@ def _ended(client: httpx.Client, dataset_id: str) -> int:
     return total
 
 
-def _jobs(client: httpx.Client, dataset_id: str) -> list[dict[str, Any]]:
+def dataset_jobs(client: httpx.Client, dataset_id: str) -> list[dict[str, Any]]:
     jobs: list[dict[str, Any]] = []
     page = 1
     while True:

@@ -26,7 +26,8 @@ from typing import Any
 import httpx
 import pypdfium2 as pdfium
 
-from knowledgeops.lab.bench.endtoend import EmbeddedServer, _ended, _jobs, connect
+from knowledgeops.jobs.states import TERMINAL
+from knowledgeops.lab.bench.endtoend import EmbeddedServer, connect, dataset_jobs, ended_jobs
 
 
 @dataclass
@@ -137,7 +138,7 @@ def _many_documents(
     next_mark = tenth
     deadline = time.monotonic() + 3600
     while next_mark <= figures.documents and time.monotonic() < deadline:
-        done = _ended(client, dataset_id)
+        done = ended_jobs(client, dataset_id)
         while done >= next_mark:
             figures.rss_mb_by_completed[next_mark] = round(rss_mb(pid), 1)
             next_mark += tenth
@@ -147,7 +148,7 @@ def _many_documents(
     readings = list(figures.rss_mb_by_completed.values())
     if len(readings) >= 2:
         figures.rss_growth_mb_after_warmup = round(readings[-1] - readings[0], 1)
-    failed = [j for j in _jobs(client, dataset_id) if j["status"] != "completed"]
+    failed = [j for j in dataset_jobs(client, dataset_id) if j["status"] != "completed"]
     if failed:
         raise SystemExit(f"memory bench: {len(failed)} documents did not complete")
 
@@ -200,7 +201,7 @@ def _big_file(
         deadline = time.monotonic() + 3600
         while time.monotonic() < deadline:
             job = client.get(f"/docs/jobs/{job_id}").json()
-            if job["status"] in {"completed", "failed", "cancelled"}:
+            if job["status"] in TERMINAL:
                 break
             time.sleep(0.5)
         wall = time.perf_counter() - began

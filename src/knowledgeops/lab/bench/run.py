@@ -85,45 +85,15 @@ def run_bench(
     accept_seconds: float = 10.0,
     accept_rate: float = 20.0,
 ) -> BenchReport:
-
     files = corpus_files(corpus)
     if not files:
         raise SystemExit(f"no documents in {corpus}")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the peer's imports log every request
-
-    settings = load_settings()
-    cores = usable_cores()  # what the service's model uses by default
-    report = BenchReport(
-        corpus=str(corpus),
-        documents=len(files),
-        formats=_formats(files),
-        cores=cores,
-        model_threads=settings.model_threads or cores,
-        batch_size=settings.embed_batch_size,
-        chunk_size=settings.chunk_size,
-        chunk_overlap=settings.chunk_overlap,
-    )
+    report = _report(corpus, files)
     filler = _filler(files)
     if "ceiling" not in skip:
-        _phase("pipeline ceiling (null embedder)")
-        with (
-            EmbeddedServer(workers=workers, null_embedder=True) as server,
-            connect(server.url, server.started, server.log) as (client, ready_s),
-        ):
-            figures = measure("null embedder", client, files, ready_s=ready_s, workers=workers)
-            report.runs.append(figures)
-            report.accept["no embedding load"] = accept_latency(
-                client, server, rate=accept_rate, seconds=accept_seconds, filler=filler
-            )
-    chunks: list[tuple[str, int]] = []
-    if "embedded" not in skip:
-        _phase("end-to-end, embedded default")
-        with EmbeddedServer(workers=workers) as server:
-            with connect(server.url, server.started, server.log) as (client, ready_s):
-                report.runs.append(
-                    measure("embedded", client, files, ready_s=ready_s, workers=workers)
-                )
-            chunks = server.chunk_texts()
+        _ceiling_phase(report, files, workers, accept_rate, accept_seconds, filler)
+    chunks = [] if "embedded" in skip else _embedded_phase(report, files, workers)
     if "raw" not in skip and chunks:
         _raw_phases(report, chunks)
     if "accept" not in skip:
@@ -132,18 +102,7 @@ def run_bench(
             files, workers, accept_rate, accept_seconds, filler
         )
     if "peer" not in skip:
-        missing = peer.available()
-        if missing:
-            report.skipped["peer"] = missing
-        else:
-            _phase("peer: LlamaIndex IngestionPipeline")
-            report.peer = peer.run_peer(
-                files,
-                chunk_size=report.chunk_size,
-                chunk_overlap=report.chunk_overlap,
-                threads=report.model_threads,
-                batch_size=report.batch_size,
-            )
+        _peer_phase(report, files)
     if "scaleout" not in skip:
         missing = _scaleout_missing()
         if missing:
@@ -156,6 +115,68 @@ def run_bench(
         report.memory = run_memory(corpus_text(files), largest_pdf(files), workers=workers)
     report.summary = summarise(report)
     return report
+
+
+def _report(corpus: Path, files: list[Path]) -> BenchReport:
+    """The report's heading: the corpus and what the service runs with by default."""
+    settings = load_settings()
+    cores = usable_cores()  # what the service's model uses by default
+    return BenchReport(
+        corpus=str(corpus),
+        documents=len(files),
+        formats=_formats(files),
+        cores=cores,
+        model_threads=settings.model_threads or cores,
+        batch_size=settings.embed_batch_size,
+        chunk_size=settings.chunk_size,
+        chunk_overlap=settings.chunk_overlap,
+    )
+
+
+def _ceiling_phase(
+    report: BenchReport,
+    files: list[Path],
+    workers: int,
+    rate: float,
+    seconds: float,
+    filler: str,
+) -> None:
+    """The service with the null embedder over the corpus, then accept latency with no load."""
+    _phase("pipeline ceiling (null embedder)")
+    with (
+        EmbeddedServer(workers=workers, null_embedder=True) as server,
+        connect(server.url, server.started, server.log) as (client, ready_s),
+    ):
+        report.runs.append(
+            measure("null embedder", client, files, ready_s=ready_s, workers=workers)
+        )
+        report.accept["no embedding load"] = accept_latency(
+            client, server, rate=rate, seconds=seconds, filler=filler
+        )
+
+
+def _embedded_phase(report: BenchReport, files: list[Path], workers: int) -> list[tuple[str, int]]:
+    """The embedded default, real model, over the corpus; its chunks, for the raw model."""
+    _phase("end-to-end, embedded default")
+    with EmbeddedServer(workers=workers) as server:
+        with connect(server.url, server.started, server.log) as (client, ready_s):
+            report.runs.append(measure("embedded", client, files, ready_s=ready_s, workers=workers))
+        return server.chunk_texts()
+
+
+def _peer_phase(report: BenchReport, files: list[Path]) -> None:
+    missing = peer.available()
+    if missing:
+        report.skipped["peer"] = missing
+        return
+    _phase("peer: LlamaIndex IngestionPipeline")
+    report.peer = peer.run_peer(
+        files,
+        chunk_size=report.chunk_size,
+        chunk_overlap=report.chunk_overlap,
+        threads=report.model_threads,
+        batch_size=report.batch_size,
+    )
 
 
 def corpus_text(files: list[Path]) -> str:
@@ -274,6 +295,31 @@ def render(report: BenchReport) -> str:
         f"({report.chunk_overlap} shared)",
         "",
     ]
+    columns = _columns(report)
+    if columns:
+        lines += _table(columns)
+    lines += [_accept_line(label, figures) for label, figures in report.accept.items()]
+    lines += _memory_lines(report.memory)
+    if report.int8:
+        i = report.int8
+        lines.append(
+            f"int8 model: {i.speedup_vs_fp32}× the fp32 model's speed; cosine to fp32 on these "
+            f"{i.chunks} chunks mean {i.mean_cosine_to_fp32}, min {i.min_cosine_to_fp32}"
+        )
+    targets = report.summary.get("targets", {})
+    lines += [f"{name}: {value}" for name, value in targets.items()]
+    lines += [
+        f"{name}: {value}"
+        for name, value in report.summary.items()
+        if name != "targets" and name not in targets
+    ]
+    lines += [f"skipped {name}: {why}" for name, why in report.skipped.items()]
+    lines += [f"FAILED ({run.name}): {failure}" for run in report.runs for failure in run.failed]
+    return "\n".join(lines)
+
+
+def _columns(report: BenchReport) -> list[tuple[str, dict[str, Any]]]:
+    """One column per run, then the raw model, the int8 model and the peer."""
     columns: list[tuple[str, dict[str, Any]]] = []
     for run in report.runs:
         row = {
@@ -285,19 +331,10 @@ def render(report: BenchReport) -> str:
         for stage, seconds in run.stage_seconds.items():
             row[f"{stage} s (all jobs)"] = seconds
         columns.append((run.name, row))
-    if report.raw:
-        r = report.raw
-        columns.append(
-            ("raw model", {"chunks": r.chunks, "wall_s": r.seconds, "chunks_per_s": r.chunks_per_s})
-        )
-    if report.int8:
-        i = report.int8
-        columns.append(
-            (
-                "raw int8",
-                {"chunks": i.chunks, "wall_s": i.seconds, "chunks_per_s": i.chunks_per_s},
-            )
-        )
+    for title, model in (("raw model", report.raw), ("raw int8", report.int8)):
+        if model is not None:
+            figures = {"chunks": model.chunks, "wall_s": model.seconds}
+            columns.append((title, {**figures, "chunks_per_s": model.chunks_per_s}))
     if report.peer:
         p = report.peer
         columns.append(
@@ -312,69 +349,55 @@ def render(report: BenchReport) -> str:
                 },
             )
         )
-    if columns:
-        names: list[str] = []
-        for _, row in columns:
-            names.extend(n for n in row if n not in names)
-        width = max(len(n) for n in names)
-        widths = [max(12, len(title)) for title, _ in columns]
+    return columns
+
+
+def _table(columns: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    names: list[str] = []
+    for _, row in columns:
+        names.extend(n for n in row if n not in names)
+    width = max(len(n) for n in names)
+    widths = [max(12, len(title)) for title, _ in columns]
+    lines = [
+        " " * width
+        + "  "
+        + "  ".join(f"{t:>{w}}" for (t, _), w in zip(columns, widths, strict=True))
+    ]
+    for name in names:
+        cells = [f"{row.get(name, ''):>{w}}" for (_, row), w in zip(columns, widths, strict=True)]
+        lines.append(f"{name:<{width}}  " + "  ".join(cells))
+    return [*lines, ""]
+
+
+def _accept_line(label: str, figures: AcceptFigures) -> str:
+    meanwhile = figures.extra.get("load_chunks_embedded_meanwhile")
+    return (
+        f"accept ({label}): {figures.accepted}/{figures.sent} uploads of "
+        f"{figures.size_kb} KB at {figures.rate_per_s:g}/s: p50 {figures.ms_p50} ms, "
+        f"p99 {figures.ms_p99} ms, max {figures.ms_max} ms; "
+        f"server busy {figures.server_cores_busy} cores"
+        + (f"; the load embedded {meanwhile} chunks meanwhile" if meanwhile is not None else "")
+    )
+
+
+def _memory_lines(m: MemoryFigures | None) -> list[str]:
+    if m is None:
+        return []
+    lines = [
+        f"memory: service RSS (MB) by documents completed {m.rss_mb_by_completed}; growth "
+        f"after the first tenth {m.rss_growth_mb_after_warmup} MB; parser child at most "
+        f"{m.parser_rss_mb_max} MB"
+    ]
+    if m.big_file:
+        b = m.big_file
         lines.append(
-            " " * width
-            + "  "
-            + "  ".join(f"{t:>{w}}" for (t, _), w in zip(columns, widths, strict=True))
+            f"big file: {b['size_mb']} MB PDF of {b['pages']} pages "
+            f"({b['text_chars'] / 2**20:.1f} M characters of text, {b['chunks']} chunks): "
+            f"accepted in {b['accept_s']} s, done in {b['wall_s']} s; service RSS "
+            f"{b['service_rss_mb_before']} → peak {b['service_rss_mb_peak']} MB, parser "
+            f"child peak {b['parser_rss_mb_peak']} MB"
         )
-        for name in names:
-            cells = [
-                f"{row.get(name, ''):>{w}}" for (_, row), w in zip(columns, widths, strict=True)
-            ]
-            lines.append(f"{name:<{width}}  " + "  ".join(cells))
-        lines.append("")
-    for label, figures in report.accept.items():
-        lines.append(
-            f"accept ({label}): {figures.accepted}/{figures.sent} uploads of "
-            f"{figures.size_kb} KB at {figures.rate_per_s:g}/s: p50 {figures.ms_p50} ms, "
-            f"p99 {figures.ms_p99} ms, max {figures.ms_max} ms; "
-            f"server busy {figures.server_cores_busy} cores"
-            + (
-                f"; the load embedded {figures.extra['load_chunks_embedded_meanwhile']} chunks "
-                "meanwhile"
-                if "load_chunks_embedded_meanwhile" in figures.extra
-                else ""
-            )
-        )
-    if report.memory is not None:
-        m = report.memory
-        lines.append(
-            f"memory: service RSS (MB) by documents completed {m.rss_mb_by_completed}; growth "
-            f"after the first tenth {m.rss_growth_mb_after_warmup} MB; parser child at most "
-            f"{m.parser_rss_mb_max} MB"
-        )
-        if m.big_file:
-            b = m.big_file
-            lines.append(
-                f"big file: {b['size_mb']} MB PDF of {b['pages']} pages "
-                f"({b['text_chars'] / 2**20:.1f} M characters of text, {b['chunks']} chunks): "
-                f"accepted in {b['accept_s']} s, done in {b['wall_s']} s; service RSS "
-                f"{b['service_rss_mb_before']} → peak {b['service_rss_mb_peak']} MB, parser "
-                f"child peak {b['parser_rss_mb_peak']} MB"
-            )
-    if report.int8:
-        i = report.int8
-        lines.append(
-            f"int8 model: {i.speedup_vs_fp32}× the fp32 model's speed; cosine to fp32 on these "
-            f"{i.chunks} chunks mean {i.mean_cosine_to_fp32}, min {i.min_cosine_to_fp32}"
-        )
-    for name, value in report.summary.get("targets", {}).items():
-        lines.append(f"{name}: {value}")
-    for name, value in report.summary.items():
-        if name != "targets" and name not in report.summary.get("targets", {}):
-            lines.append(f"{name}: {value}")
-    for name, why in report.skipped.items():
-        lines.append(f"skipped {name}: {why}")
-    for run in report.runs:
-        for failure in run.failed:
-            lines.append(f"FAILED ({run.name}): {failure}")
-    return "\n".join(lines)
+    return lines
 
 
 def write_json(report: BenchReport, out: Path) -> None:

@@ -19,11 +19,11 @@ import psycopg
 import redis
 from sqlalchemy import create_engine, text
 
+from knowledgeops.jobs.states import TERMINAL
 from knowledgeops.lab.devpg import LocalPostgres, free_port
 from knowledgeops.lab.topology import KOPS, LocalRedis, Proc, Topology, spawn
 
 KEY = "chaos-provider-key"
-TERMINAL = {"completed", "failed", "cancelled"}
 WORDS = [
     "harbour",
     "lantern",
