@@ -19,7 +19,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from sqlalchemy import select, update
@@ -35,7 +35,7 @@ from knowledgeops.ingest.embedders.cache import CachedEmbedder
 from knowledgeops.ingest.index.base import ChunkIndex, IndexedChunk, chunk_id
 from knowledgeops.ingest.parsers.base import ContentType
 from knowledgeops.ingest.parsers.isolated import InlineParsing, Parsing
-from knowledgeops.ingest.parsers.limits import DEFAULT_LIMITS
+from knowledgeops.ingest.parsers.limits import DEFAULT_LIMITS, ParseLimits
 from knowledgeops.ingest.prepare import ChunkSpec, ChunkStream
 from knowledgeops.jobs.parts import PART_KIND
 from knowledgeops.jobs.runner import JobContext
@@ -55,30 +55,25 @@ class _Source:
     chunk_overlap: int
 
 
+@dataclass(eq=False)
 class IngestPipeline:
-    def __init__(
-        self,
-        db: Database,
-        blobs: LocalBlobStore,
-        index: ChunkIndex,
-        embedder: Embedder,
-        tokenizer: Tokenizer,
-        *,
-        batch_size: int,
-        parsing: Parsing | None = None,
-        window: int = WINDOW,
-        part_pages: int = 0,
-    ) -> None:
-        self.db = db
-        self.blobs = blobs
-        self.index = index
-        self.embedder = embedder
-        self.tokenizer = tokenizer
-        self.batch_size = batch_size
-        self.window = max(window, batch_size)
-        self.parsing: Parsing = parsing or InlineParsing(DEFAULT_LIMITS)
-        self.limits = self.parsing.limits
-        self.part_pages = part_pages
+    db: Database
+    blobs: LocalBlobStore
+    index: ChunkIndex
+    embedder: Embedder
+    tokenizer: Tokenizer
+    _: KW_ONLY
+    batch_size: int
+    parsing: Parsing = field(default_factory=lambda: InlineParsing(DEFAULT_LIMITS))
+    window: int = WINDOW  # at least one batch
+    part_pages: int = 0  # a PDF of more pages is split into parts of this many (0: never)
+
+    def __post_init__(self) -> None:
+        self.window = max(self.window, self.batch_size)
+
+    @property
+    def limits(self) -> ParseLimits:
+        return self.parsing.limits
 
     def __call__(self, ctx: JobContext) -> None:
         if ctx.job.kind == PART_KIND:

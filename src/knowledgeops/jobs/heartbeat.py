@@ -9,19 +9,26 @@ from datetime import datetime
 
 from knowledgeops.jobs.model import Lease
 from knowledgeops.jobs.store import JobStore, LeaseLost
+from knowledgeops.jobs.ticker import Ticker
 
 log = logging.getLogger(__name__)
 
 
-class Heartbeat:
+class Heartbeat(Ticker):
     def __init__(self, store: JobStore, interval_s: float, clock: Callable[[], datetime]) -> None:
         self.store = store
-        self.interval_s = interval_s
         self.clock = clock
         self._leases: set[Lease] = set()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # a missed beat is not fatal; the next one may get through
+        super().__init__(
+            "kops-heartbeat",
+            interval_s,
+            self.beat,
+            at_once=False,
+            failure="heartbeat failed",
+            join_timeout_s=5,
+        )
 
     def hold(self, lease: Lease) -> None:
         with self._lock:
@@ -58,22 +65,3 @@ class Heartbeat:
                 pass
             except Exception:
                 log.warning("job %s: could not be released at shutdown", lease.job_id)
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="kops-heartbeat", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def is_alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.beat()
-            except Exception:  # a missed beat is not fatal; the next one may get through
-                log.exception("heartbeat failed")

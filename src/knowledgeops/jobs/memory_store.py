@@ -20,7 +20,7 @@ from knowledgeops.db.engine import Tx
 from knowledgeops.jobs.model import Job, JobMetrics, Lease, OutboxItem
 from knowledgeops.jobs.parts import Summed
 from knowledgeops.jobs.records import age
-from knowledgeops.jobs.rows import Values
+from knowledgeops.jobs.rows import Fence, Values
 from knowledgeops.jobs.states import OPEN, JobStatus
 from knowledgeops.jobs.store import JobStore, TransitionListener
 
@@ -100,18 +100,11 @@ class MemoryJobStore(JobStore):
             self._stage_started_at[job.id] = started
         self.jobs[job.id] = replace(job, version=job.version + 1, **changes)
 
-    def _set(
-        self,
-        tx: Tx,
-        job: Job,
-        values: Values,
-        *,
-        lease: Lease | None,
-        silent_before: datetime | None,
-    ) -> bool:
+    def _set(self, tx: Tx, job: Job, values: Values, fence: Fence) -> bool:
         current = self.jobs.get(job.id)
         if current is None or (current.status, current.version) != (job.status, job.version):
             return False
+        lease, silent_before = fence.lease, fence.silent_before
         if lease is not None and (current.lease_owner, current.attempt) != (
             lease.owner,
             lease.attempt,

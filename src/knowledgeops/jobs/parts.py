@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from knowledgeops.jobs.model import Job
+from knowledgeops.jobs.model import Job, NewJob
 from knowledgeops.jobs.states import JobStatus, Stage
 
 PART_KIND = "part"
@@ -67,28 +67,5 @@ def progress(parts: Sequence[Job]) -> Summed:
 
 def new_part(job: Job, part_id: str, budget: int, now: datetime) -> Job:
     """A new pending part of `job` (which has just split), with `budget` attempts."""
-    return replace(
-        job,
-        id=part_id,
-        parent_id=job.id,
-        kind=PART_KIND,
-        status=JobStatus.PENDING,
-        stage=Stage.QUEUED,
-        attempt=0,
-        max_attempts=budget,
-        lease_owner=None,
-        heartbeat_at=None,
-        started_at=None,
-        finished_at=None,
-        run_after=None,
-        version=1,
-        idempotency_key=None,
-        created_at=now,
-        updated_at=now,
-        total_chunks=None,
-        processed_chunks=0,
-        error=None,
-        error_code=None,
-        error_category=None,
-        retryable=False,
-    )
+    new = NewJob(part_id, job.document_id, job.dataset_id, job.generation, budget, kind=PART_KIND)
+    return replace(new.pending(now), parent_id=job.id)

@@ -10,7 +10,6 @@ the broker refuses a message the row stays unpublished and the next pass tries a
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,6 +19,7 @@ from knowledgeops.jobs.dispatch import Dispatcher
 from knowledgeops.jobs.model import Failure, Job
 from knowledgeops.jobs.retry import RetryPolicy
 from knowledgeops.jobs.store import JobStore
+from knowledgeops.jobs.ticker import Ticker
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class RelayPass:
     publish_failed: int
 
 
-class Relay:
+class Relay(Ticker):
     def __init__(
         self,
         store: JobStore,
@@ -54,13 +54,17 @@ class Relay:
         self.policy = policy
         self.stale_after = timedelta(seconds=stale_after_s)
         self.republish_after = timedelta(seconds=republish_after_s)
-        self.interval_s = interval_s
         self.clock = clock
         self._backlog: int | None = None
         self._backlog_at: datetime | None = None
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(
+            "kops-relay",
+            interval_s,
+            self.run_once,
+            at_once=True,
+            failure="relay pass failed",  # the database may be briefly down; the next pass tries
+            join_timeout_s=10,
+        )
 
     # --- one pass -------------------------------------------------------------------------------
     def run_once(self) -> RelayPass:
@@ -138,30 +142,3 @@ class Relay:
             requeued,
         )
         return RelayPass(len(rescued), requeued, published, failed)
-
-    # --- the thread -----------------------------------------------------------------------------
-    def wake(self) -> None:
-        """Publish now rather than at the next tick (called after an upload commits)."""
-        self._wake.set()
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="kops-relay", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    def is_alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.run_once()
-            except Exception:  # the database may be briefly unavailable; the next pass retries
-                log.exception("relay pass failed")
-            self._wake.wait(self.interval_s)
-            self._wake.clear()

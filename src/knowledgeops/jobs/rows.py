@@ -9,6 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +18,16 @@ from knowledgeops.jobs.model import Job, JobMetrics, Lease, OutboxItem
 from knowledgeops.jobs.parts import Summed
 
 Values = dict[str, Any]  # columns of a job row, by name (enums as enums)
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """What a compare-and-set requires besides the status and version it read: that `lease`
+    still holds the job (its owner and attempt), and, for a rescue, that the job is still silent
+    since before `silent_before` and waits on no part."""
+
+    lease: Lease | None = None
+    silent_before: datetime | None = None
 
 
 class JobRows(ABC):
@@ -52,18 +63,9 @@ class JobRows(ABC):
     def _insert(self, tx: Tx, jobs: Sequence[Job]) -> None: ...
 
     @abstractmethod
-    def _set(
-        self,
-        tx: Tx,
-        job: Job,
-        values: Values,
-        *,
-        lease: Lease | None,
-        silent_before: datetime | None,
-    ) -> bool:
+    def _set(self, tx: Tx, job: Job, values: Values, fence: Fence) -> bool:
         """Compare-and-set: write `values` and version + 1 if the row still has `job`'s status
-        and version (and `lease`'s owner and attempt; and, with `silent_before`, a heartbeat
-        older than that and no part at work). True if written."""
+        and version, and passes `fence`. True if written."""
 
     @abstractmethod
     def _update_held(self, tx: Tx, lease: Lease, values: Values) -> bool:

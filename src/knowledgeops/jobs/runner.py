@@ -11,10 +11,11 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from knowledgeops.clock import Clock
 from knowledgeops.errors import WorkerStopping
 from knowledgeops.jobs import faults
 from knowledgeops.jobs.classify import classify
@@ -37,25 +38,17 @@ class Outcome(StrEnum):
     SPLIT = "split"  # handed to part jobs, which complete it (JobStore.split)
 
 
+@dataclass(eq=False)
 class JobContext:
     """What a handler sees: the job, and fenced writes of progress (plus its own rows)."""
 
-    def __init__(
-        self,
-        store: JobStore,
-        lease: Lease,
-        job: Job,
-        clock: Callable[[], datetime],
-        stopping: threading.Event,
-        heartbeat: Heartbeat | None = None,
-    ) -> None:
-        self.store = store
-        self.heartbeat = heartbeat
-        self.lease = lease
-        self.job = job
-        self.clock = clock
-        self._stopping = stopping
-        self.parts: list[str] | None = None
+    store: JobStore
+    lease: Lease
+    job: Job
+    clock: Clock
+    stopping: threading.Event  # set when this worker shuts down
+    heartbeat: Heartbeat | None = None
+    parts: list[str] | None = field(default=None, init=False)  # set once the job has split
 
     def report(
         self,
@@ -67,7 +60,7 @@ class JobContext:
     ) -> None:
         """Record progress (and run `work` in the same transaction). Raises LeaseLost when the
         job was cancelled or taken away, WorkerStopping when this worker is shutting down."""
-        if self._stopping.is_set():
+        if self.stopping.is_set():
             raise WorkerStopping
         self.store.report(
             self.lease, now=self.clock(), stage=stage, total=total, processed=processed, work=work
@@ -77,7 +70,7 @@ class JobContext:
         """Hand this job's work to `parts` part jobs (JobStore.split), with `work(tx, ids)`
         writing what each part is to do in the same transaction. The handler must return right
         after: the job is no longer this worker's, and its last part completes it."""
-        if self._stopping.is_set():
+        if self.stopping.is_set():
             raise WorkerStopping
         if self.heartbeat is not None:  # the job will be no worker's to beat for
             self.heartbeat.drop(self.lease)
@@ -94,26 +87,21 @@ class Handler(Protocol):
     def __call__(self, ctx: JobContext) -> None: ...
 
 
+@dataclass(eq=False)
 class Runner:
-    def __init__(
-        self,
-        store: JobStore,
-        handler: Handler,
-        *,
-        policy: RetryPolicy,
-        heartbeat: Heartbeat,
-        clock: Callable[[], datetime],
-        owner_prefix: str = "worker",
-        on_split: Callable[[], None] | None = None,
-    ) -> None:
-        self.store = store
-        self.handler = handler
-        self.policy = policy
-        self.heartbeat = heartbeat
-        self.clock = clock
+    store: JobStore
+    handler: Handler
+    _: KW_ONLY
+    policy: RetryPolicy
+    heartbeat: Heartbeat
+    clock: Clock
+    owner_prefix: InitVar[str] = "worker"  # the lease owner: this, then a random suffix
+    on_split: Callable[[], None] | None = None  # e.g. wake the relay: the parts' rows are due
+    owner: str = field(init=False)
+    stopping: threading.Event = field(init=False, default_factory=threading.Event)
+
+    def __post_init__(self, owner_prefix: str) -> None:
         self.owner = f"{owner_prefix}-{uuid.uuid4().hex[:12]}"
-        self.on_split = on_split  # e.g. wake the relay: the parts' outbox rows are due now
-        self.stopping = threading.Event()
 
     def run_job(self, job_id: str) -> Outcome:
         job = self.store.get(job_id)

@@ -24,7 +24,7 @@ from knowledgeops.db.schema import outbox as O
 from knowledgeops.jobs.model import Job, JobMetrics, Lease, OutboxItem
 from knowledgeops.jobs.parts import Summed
 from knowledgeops.jobs.records import age
-from knowledgeops.jobs.rows import Values
+from knowledgeops.jobs.rows import Fence, Values
 from knowledgeops.jobs.states import OPEN, JobStatus, Stage
 from knowledgeops.jobs.store import JobStore, TransitionListener
 
@@ -81,22 +81,15 @@ class SqlJobStore(JobStore):
     def _insert(self, tx: Tx, jobs: Sequence[Job]) -> None:
         tx.execute(insert(J), [_plain(asdict(job)) for job in jobs])
 
-    def _set(
-        self,
-        tx: Tx,
-        job: Job,
-        values: Values,
-        *,
-        lease: Lease | None,
-        silent_before: datetime | None,
-    ) -> bool:
+    def _set(self, tx: Tx, job: Job, values: Values, fence: Fence) -> bool:
         stmt = update(J).where(
             J.c.id == job.id, J.c.status == job.status.value, J.c.version == job.version
         )
-        if lease is not None:
+        if fence.lease is not None:
+            lease = fence.lease
             stmt = stmt.where(J.c.lease_owner == lease.owner, J.c.attempt == lease.attempt)
-        if silent_before is not None:
-            stmt = stmt.where(_silent(silent_before))
+        if fence.silent_before is not None:
+            stmt = stmt.where(_silent(fence.silent_before))
         result = tx.execute(stmt.values(version=J.c.version + 1, **_plain(values)))
         return bool(result.rowcount == 1)
 

@@ -38,7 +38,7 @@ from knowledgeops.jobs.records import (
     outcome_event,
     stage_event,
 )
-from knowledgeops.jobs.rows import JobRows, Values
+from knowledgeops.jobs.rows import Fence, JobRows, Values
 from knowledgeops.jobs.states import OPEN, Event, JobStatus, Stage
 
 __all__ = ["Guard", "JobNotFound", "JobStore", "LeaseLost", "PartsWork", "TransitionListener"]
@@ -355,7 +355,7 @@ class JobStore(JobRows):
         new_status = states.target(job.status, event)
         self._lock_parent(tx, job.parent_id)
         changes = {"status": new_status, "updated_at": now, **values}
-        if not self._set(tx, job, changes, lease=lease, silent_before=silent_before):
+        if not self._set(tx, job, changes, Fence(lease, silent_before)):
             return False
         if job.parent_id is not None:
             self._part_moved(tx, job, new_status, now)

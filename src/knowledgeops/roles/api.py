@@ -10,9 +10,8 @@ import time
 from fastapi import FastAPI
 
 from knowledgeops.api import app as http
-from knowledgeops.db.blobs import LocalBlobStore
 from knowledgeops.roles import wiring
-from knowledgeops.roles.base import Role, configure_logging
+from knowledgeops.roles.base import DataRole, configure_logging
 from knowledgeops.roles.first_key import check_auth
 from knowledgeops.roles.preflight import check_database, check_index, check_schema
 from knowledgeops.service.keys import DEFAULT_TENANT
@@ -23,24 +22,12 @@ log = logging.getLogger(__name__)
 BROKER_CHECK_S = 5.0  # s: /readyz asks the broker at most this often
 
 
-class ApiRole(Role):
+class ApiRole(DataRole):
     def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
+        super().__init__(settings)  # its embedder embeds search queries
         self.started_at: float | None = None
-        self.blobs = LocalBlobStore(settings.data_dir)
-        self.embedder = wiring.make_embedder(settings, self.db)  # search embeds queries
-        self.index = wiring.make_index(self.db, self.embedder.dimension)
-        self.store = wiring.make_store(self.db, self.index)
-        self.service = wiring.make_knowledge_base(
-            settings,
-            self.db,
-            self.blobs,
-            self.index,
-            self.store,
-            self.embedder,
-            notify=lambda: None,  # the relay, another process, scans the outbox every interval
-            readiness=self.readiness,
-        )
+        # nothing to wake: the relay, another process, scans the outbox every interval
+        self.service = self.use_cases(notify=lambda: None, readiness=self.readiness)
         self._broker_seen: tuple[float, str] | None = None
 
     def app(self) -> FastAPI:

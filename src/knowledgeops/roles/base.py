@@ -1,14 +1,20 @@
 """What every process role shares: its settings, its clock, its database, start and stop, and
-the log format of every `kops` process."""
+the log format of every `kops` process; and what the roles that handle documents share: the file
+store, the embedder, the index and the job store."""
 
 from __future__ import annotations
 
 import logging
 import sys
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 from knowledgeops.clock import Clock, utcnow
+from knowledgeops.db.blobs import LocalBlobStore
 from knowledgeops.db.engine import Database
+from knowledgeops.ingest.embedders.base import Embedder
+from knowledgeops.roles import wiring
+from knowledgeops.service.knowledge_base import KnowledgeBase
 from knowledgeops.settings import Settings
 
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
@@ -41,3 +47,38 @@ class Role(ABC):
         except Exception as exc:
             return f"unavailable: {type(exc).__name__}"
         return "ok"
+
+
+class DataRole(Role):
+    """A role that handles documents (`kops serve`, `kops api`, `kops worker`): the stored files,
+    the embedder (`nice` below the process's priority when the API shares the process), the
+    index and the job store over the role's database."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        embedder: Embedder | None = None,
+        nice: int = 0,
+        clock: Clock = utcnow,
+    ) -> None:
+        super().__init__(settings, clock=clock)
+        self.blobs = LocalBlobStore(settings.data_dir)
+        self.embedder = wiring.make_embedder(settings, self.db, embedder, nice=nice)
+        self.index = wiring.make_index(self.db, self.embedder.dimension)
+        self.store = wiring.make_store(self.db, self.index)
+
+    def use_cases(
+        self, *, notify: Callable[[], None], readiness: Callable[[], dict[str, object]]
+    ) -> KnowledgeBase:
+        """The use cases over this role's database and files, for the API."""
+        return wiring.make_knowledge_base(
+            self.settings,
+            self.db,
+            self.blobs,
+            self.index,
+            self.store,
+            self.embedder,
+            notify=notify,
+            readiness=readiness,
+        )

@@ -13,7 +13,6 @@ from fastapi import FastAPI
 
 from knowledgeops.api.app import create_app
 from knowledgeops.clock import Clock, utcnow
-from knowledgeops.db.blobs import LocalBlobStore
 from knowledgeops.db.lockfile import DataDirLock
 from knowledgeops.db.migrate import upgrade
 from knowledgeops.ingest.embedders.base import Embedder
@@ -22,7 +21,7 @@ from knowledgeops.jobs.inprocess import InProcessQueue
 from knowledgeops.jobs.runner import Runner
 from knowledgeops.jobs.worker_pool import WorkerPool
 from knowledgeops.roles import wiring
-from knowledgeops.roles.base import Role, configure_logging
+from knowledgeops.roles.base import DataRole, configure_logging
 from knowledgeops.roles.first_key import check_auth
 from knowledgeops.service.blob_refs import sweep_unreferenced
 from knowledgeops.service.keys import DEFAULT_TENANT
@@ -31,18 +30,14 @@ from knowledgeops.settings import Settings
 log = logging.getLogger(__name__)
 
 
-class EmbeddedRole(Role):
+class EmbeddedRole(DataRole):
     def __init__(
         self, settings: Settings, *, embedder: Embedder | None = None, clock: Clock = utcnow
     ) -> None:
-        super().__init__(settings, clock=clock)
+        # the workers share this process with the API: they run below it (KOPS_WORKER_NICE)
+        super().__init__(settings, embedder=embedder, nice=settings.worker_nice, clock=clock)
         self.started_at: float | None = None
         self.lock = DataDirLock(settings.data_dir)
-        self.blobs = LocalBlobStore(settings.data_dir)
-        # the workers share this process with the API: they run below it (KOPS_WORKER_NICE)
-        self.embedder = wiring.make_embedder(settings, self.db, embedder, nice=settings.worker_nice)
-        self.index = wiring.make_index(self.db, self.embedder.dimension)
-        self.store = wiring.make_store(self.db, self.index)
         self.queue = InProcessQueue()
         self.heartbeat = Heartbeat(self.store, settings.heartbeat_interval_s, clock)
         self.relay = wiring.make_relay(settings, self.store, self.queue, clock)
@@ -65,16 +60,8 @@ class EmbeddedRole(Role):
             nice=settings.worker_nice,
             on_start=self.pipeline.parsing.prestart,  # each worker's parser, ready before work
         )
-        self.service = wiring.make_knowledge_base(
-            settings,
-            self.db,
-            self.blobs,
-            self.index,
-            self.store,
-            self.embedder,
-            notify=self.relay.wake,  # publish now, not at the relay's next tick
-            readiness=self.readiness,
-        )
+        # an upload wakes the relay: its job is published now, not at the relay's next tick
+        self.service = self.use_cases(notify=self.relay.wake, readiness=self.readiness)
 
     def app(self) -> FastAPI:
         """The HTTP API over this role; the app's lifespan starts and stops it."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from knowledgeops.clock import Clock
+from knowledgeops.clock import Clock, utcnow
 from knowledgeops.db.blobs import LocalBlobStore
 from knowledgeops.db.engine import Database
 from knowledgeops.ingest.chunker import HFTokenizer
@@ -204,7 +204,7 @@ def make_knowledge_base(
         jobs=jobs,
         search=Search(db, datasets, index, embedder.for_queries()),
         keys=ApiKeys(db),
-        store=store,
         admission=Admission.from_settings(settings),
+        metrics=lambda: store.metrics(now=utcnow()),
         readiness=readiness,
     )

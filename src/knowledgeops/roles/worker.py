@@ -20,14 +20,13 @@ from celery.exceptions import Reject, SoftTimeLimitExceeded
 from celery.signals import worker_process_init, worker_process_shutdown
 
 from knowledgeops.clock import Clock, utcnow
-from knowledgeops.db.blobs import LocalBlobStore
 from knowledgeops.errors import PermanentError
 from knowledgeops.ingest.embedders.base import Embedder
 from knowledgeops.jobs.celery_dispatch import TASK_NAME, make_celery
 from knowledgeops.jobs.heartbeat import Heartbeat
 from knowledgeops.jobs.runner import Handler, JobContext, Runner
 from knowledgeops.roles import wiring
-from knowledgeops.roles.base import Role
+from knowledgeops.roles.base import DataRole
 from knowledgeops.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -35,7 +34,7 @@ log = logging.getLogger(__name__)
 REQUEUE_PAUSE_S = 2.0  # s: before a message whose job could not be run goes back
 
 
-class WorkerRole(Role):
+class WorkerRole(DataRole):
     """One Celery worker process: the pipeline behind the shared `Runner`, with its heartbeat."""
 
     def __init__(
@@ -46,11 +45,7 @@ class WorkerRole(Role):
         handler_wrapper: Callable[[Handler], Handler] | None = None,
         clock: Clock = utcnow,
     ) -> None:
-        super().__init__(settings, clock=clock)
-        self.blobs = LocalBlobStore(settings.data_dir)
-        self.embedder = wiring.make_embedder(settings, self.db, embedder)
-        self.index = wiring.make_index(self.db, self.embedder.dimension)
-        self.store = wiring.make_store(self.db, self.index)
+        super().__init__(settings, embedder=embedder, clock=clock)
         self.heartbeat = Heartbeat(self.store, settings.heartbeat_interval_s, clock)
         self.pipeline = wiring.make_pipeline(
             settings, self.db, self.blobs, self.index, self.embedder

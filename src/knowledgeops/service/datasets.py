@@ -20,7 +20,7 @@ from knowledgeops.db.schema import datasets, documents, ingest_jobs
 from knowledgeops.errors import Conflict, InvalidRequest, NotFound
 from knowledgeops.ingest.index.base import ChunkIndex
 from knowledgeops.service.blob_refs import unlink_unreferenced
-from knowledgeops.service.views import DatasetView, Page
+from knowledgeops.service.views import DatasetView, Page, from_row
 from knowledgeops.settings import MODEL_MAX_TOKENS
 
 DEFAULT_NAME = "default"
@@ -50,14 +50,12 @@ def check_chunking(size: int, overlap: int) -> None:
         )
 
 
+@dataclass(eq=False)
 class Datasets:
-    def __init__(
-        self, db: Database, index: ChunkIndex, blobs: LocalBlobStore, defaults: DatasetDefaults
-    ) -> None:
-        self.db = db
-        self.index = index
-        self.blobs = blobs
-        self.defaults = defaults
+    db: Database
+    index: ChunkIndex
+    blobs: LocalBlobStore
+    defaults: DatasetDefaults
 
     def _select(self, tenant: str) -> Any:
         docs = (
@@ -82,19 +80,8 @@ class Datasets:
     @staticmethod
     def _view(row: Any) -> DatasetView:
         m = row._mapping
-        return DatasetView(
-            id=m["id"],
-            name=m["name"],
-            description=m["description"],
-            embedding_model=m["embedding_model"],
-            chunk_size=m["chunk_size"],
-            chunk_overlap=m["chunk_overlap"],
-            is_default=m["is_default"],
-            document_count=int(m["document_count"]),
-            chunk_count=int(m["chunk_count"]),
-            created_at=m["created_at"],
-            updated_at=m["updated_at"],
-        )
+        counts = {"document_count": int(m["document_count"]), "chunk_count": int(m["chunk_count"])}
+        return from_row(DatasetView, row, **counts)
 
     def _get(self, conn: Connection, tenant: str, dataset_id: str) -> DatasetView:
         row = conn.execute(self._select(tenant).where(datasets.c.id == dataset_id)).first()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from sqlalchemy import Connection, func, select, update
@@ -22,7 +23,7 @@ from knowledgeops.jobs.store import JobStore
 from knowledgeops.service.blob_refs import unlink_unreferenced
 from knowledgeops.service.datasets import owned_datasets
 from knowledgeops.service.jobs import USER_JOBS
-from knowledgeops.service.views import DocumentView, Page
+from knowledgeops.service.views import DocumentView, Page, from_row
 
 DOCUMENT_STATUSES = ("pending", "processing", "ready", "failed", "cancelled")
 
@@ -39,23 +40,7 @@ def _latest_job() -> Any:
 
 
 def _view(row: Any) -> DocumentView:
-    m = row._mapping
-    return DocumentView(
-        id=m["id"],
-        dataset_id=m["dataset_id"],
-        file_name=m["file_name"],
-        file_size=m["file_size"],
-        content_type=m["content_type"],
-        sha256=m["sha256"],
-        status=m["status"],
-        searchable=m["active_generation"] is not None,
-        chunk_count=m["chunk_count"],
-        page_count=m["page_count"],
-        active_generation=m["active_generation"],
-        latest_job_id=m["latest_job_id"],
-        created_at=m["created_at"],
-        updated_at=m["updated_at"],
-    )
+    return from_row(DocumentView, row, searchable=row._mapping["active_generation"] is not None)
 
 
 def load_document(conn: Connection, tenant: str, document_id: str) -> DocumentView:
@@ -69,23 +54,15 @@ def load_document(conn: Connection, tenant: str, document_id: str) -> DocumentVi
     return _view(row)
 
 
+@dataclass(eq=False)
 class Documents:
-    def __init__(
-        self,
-        db: Database,
-        store: JobStore,
-        index: ChunkIndex,
-        blobs: LocalBlobStore,
-        *,
-        max_attempts: int,
-        notify: Callable[[], None],
-    ) -> None:
-        self.db = db
-        self.store = store
-        self.index = index
-        self.blobs = blobs
-        self.max_attempts = max_attempts
-        self.notify = notify
+    db: Database
+    store: JobStore
+    index: ChunkIndex
+    blobs: LocalBlobStore
+    _: KW_ONLY
+    max_attempts: int
+    notify: Callable[[], None]  # after a transaction wrote an outbox row
 
     def get(self, tenant: str, document_id: str) -> DocumentView:
         with self.db.read() as conn:

@@ -4,6 +4,8 @@ the system's own: users see, cancel and retry the job they uploaded, which shows
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, func, select
@@ -29,12 +31,13 @@ def job_select(tenant: str) -> Any:
     )
 
 
+@dataclass(eq=False)
 class Jobs:
-    def __init__(self, db: Database, store: JobStore, *, retry_attempts: int, notify: Any) -> None:
-        self.db = db
-        self.store = store
-        self.retry_attempts = retry_attempts
-        self.notify = notify
+    db: Database
+    store: JobStore
+    _: KW_ONLY
+    retry_attempts: int  # attempts a manual retry allows
+    notify: Callable[[], None]  # after a transaction wrote an outbox row
 
     def get(self, tenant: str, job_id: str) -> JobView:
         with self.db.read() as conn:

@@ -13,9 +13,7 @@ from dataclasses import dataclass
 
 from pydantic import SecretStr
 
-from knowledgeops.clock import utcnow
 from knowledgeops.jobs.model import JobMetrics
-from knowledgeops.jobs.store import JobStore
 from knowledgeops.service.datasets import Datasets
 from knowledgeops.service.documents import Documents
 from knowledgeops.service.jobs import Jobs
@@ -47,35 +45,17 @@ class Admission:
         )
 
 
+@dataclass(frozen=True, eq=False)
 class KnowledgeBase:
-    def __init__(
-        self,
-        *,
-        datasets: Datasets,
-        documents: Documents,
-        uploads: Uploads,
-        jobs: Jobs,
-        search: Search,
-        keys: ApiKeys,
-        store: JobStore,
-        admission: Admission,
-        readiness: Callable[[], dict[str, object]],
-    ) -> None:
-        self.datasets = datasets
-        self.documents = documents
-        self.uploads = uploads
-        self.jobs = jobs
-        self.search = search
-        self.keys = keys
-        self.admission = admission
-        self._store = store
-        self._readiness = readiness
-
-    def metrics(self) -> JobMetrics:
-        """Jobs by status, outbox backlog, waiting and heartbeat ages, outcomes and stage times
-        of the whole deployment, read from the database now."""
-        return self._store.metrics(now=utcnow())
-
-    def readiness(self) -> dict[str, object]:
-        """What /readyz reports for this process; `ready` says whether it can serve."""
-        return self._readiness()
+    datasets: Datasets
+    documents: Documents
+    uploads: Uploads
+    jobs: Jobs
+    search: Search
+    keys: ApiKeys
+    admission: Admission
+    # the whole deployment's jobs by status, outbox backlog, waiting and heartbeat ages, outcomes
+    # and stage times, read from the database now (what /metrics reports)
+    metrics: Callable[[], JobMetrics]
+    # what /readyz reports for this process; `ready` says whether it can serve
+    readiness: Callable[[], dict[str, object]]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 
 from sqlalchemy import select
@@ -39,26 +41,15 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[Hit]], k: int = RRF_K) ->
 
 
 def _rescored(hit: Hit, score: float) -> Hit:
-    return Hit(
-        hit.chunk_id,
-        hit.document_id,
-        hit.ordinal,
-        hit.text,
-        hit.page_start,
-        hit.page_end,
-        hit.section,
-        score,
-    )
+    return dataclasses.replace(hit, score=score)
 
 
+@dataclass(eq=False)
 class Search:
-    def __init__(
-        self, db: Database, datasets: Datasets, index: ChunkIndex, embedder: Embedder
-    ) -> None:
-        self.db = db
-        self.datasets = datasets
-        self.index = index
-        self.embedder = embedder
+    db: Database
+    datasets: Datasets
+    index: ChunkIndex
+    embedder: Embedder  # the one for queries (Embedder.for_queries)
 
     def search(
         self, tenant: str, dataset_id: str, query: str, *, top_k: int, mode: SearchMode

@@ -13,6 +13,7 @@ import re
 import unicodedata
 import uuid
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 
 from sqlalchemy import Connection, func, insert, select
 from sqlalchemy.exc import IntegrityError
@@ -90,29 +91,18 @@ def scoped_idempotency_key(tenant: str, key: str | None) -> str | None:
     return hashlib.sha256(f"{tenant}\n{key}".encode()).hexdigest()
 
 
+@dataclass(eq=False)
 class Uploads:
-    def __init__(
-        self,
-        db: Database,
-        store: JobStore,
-        datasets: Datasets,
-        jobs: Jobs,
-        blobs: LocalBlobStore,
-        *,
-        max_attempts: int,
-        notify: Callable[[], None],
-        max_waiting_jobs: int = 10_000,
-        max_upload_bytes: int,
-    ) -> None:
-        self.db = db
-        self.store = store
-        self.datasets = datasets
-        self.jobs = jobs
-        self.blobs = blobs
-        self.max_attempts = max_attempts
-        self.notify = notify
-        self.max_waiting_jobs = max_waiting_jobs
-        self.max_upload_bytes = max_upload_bytes
+    db: Database
+    store: JobStore
+    datasets: Datasets
+    jobs: Jobs
+    blobs: LocalBlobStore
+    _: KW_ONLY
+    max_attempts: int
+    notify: Callable[[], None]  # after a transaction wrote an outbox row
+    max_upload_bytes: int
+    max_waiting_jobs: int = 10_000  # uploads get 429 while this many jobs wait for a worker
 
     def stage(self) -> StagedFile:
         """A file in the store's incoming folder for an upload's bytes, refused (413) once they

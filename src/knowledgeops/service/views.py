@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+V = TypeVar("V")
+
+
+def from_row(view: type[V], row: Any, **computed: Any) -> V:
+    """A view filled from a result row field by field, by name; `computed` holds the fields the
+    row has no column for."""
+    m = row._mapping
+    names = [f.name for f in fields(view) if f.name not in computed]  # type: ignore[arg-type]
+    return view(**{name: m[name] for name in names}, **computed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,32 +92,8 @@ class JobView:
 
     @classmethod
     def from_row(cls, row: Any) -> JobView:
-        m = row._mapping
-        return cls(
-            id=m["id"],
-            kind=m["kind"],
-            status=m["status"],
-            stage=m["stage"],
-            file_name=m["file_name"],
-            file_size=m["file_size"],
-            total_chunks=m["total_chunks"],
-            processed_chunks=m["processed_chunks"],
-            error=m["error"],
-            error_code=m["error_code"],
-            error_category=m["error_category"],
-            retryable=m["retryable"],
-            retries=max(m["attempt"] - 1, 0),
-            attempt=m["attempt"],
-            max_attempts=m["max_attempts"],
-            run_after=m["run_after"],
-            heartbeat_at=m["heartbeat_at"],
-            started_at=m["started_at"],
-            finished_at=m["finished_at"],
-            created_at=m["created_at"],
-            updated_at=m["updated_at"],
-            document_id=m["document_id"],
-            dataset_id=m["dataset_id"],
-        )
+        """A job row joined with its document's name and size."""
+        return from_row(cls, row, retries=max(row._mapping["attempt"] - 1, 0))
 
 
 @dataclass(frozen=True, slots=True)

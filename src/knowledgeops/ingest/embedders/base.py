@@ -8,11 +8,10 @@ whether a method exists:
     │                             embedded by the embedder itself, every text embedded afresh
     ├── LocalMiniLM, OnnxMiniLM   the model on this machine's CPU (`local_model`)
     ├── OpenAIEmbedder            a provider over HTTP (its own embedder for queries)
-    ├── CachedEmbedder            the embedding cache in front of a model (cache.py)
-    ├── ModelScheduler            one model thread for every worker of a process (scheduler.py)
+    ├── Fronting                  in front of another embedder: its capabilities are that one's
+    │   ├── CachedEmbedder        the embedding cache in front of a model (cache.py)
+    │   └── ModelScheduler        one model thread for every worker of a process (scheduler.py)
     └── HashingEmbedder, NullEmbedder   for tests and benchmarks (lab/embedders.py)
-
-The two decorators forward every capability to the model they front.
 """
 
 from __future__ import annotations
@@ -70,3 +69,33 @@ class Embedder(ABC):
 
     def close(self) -> None:  # noqa: B027 (a no-op by default)
         """Give back what the embedder holds (a thread, connections); called at shutdown."""
+
+
+class Fronting(Embedder):
+    """An embedder in front of another (`inner`): every capability is the inner one's unless the
+    subclass says otherwise."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dimension = inner.dimension
+
+    @property
+    def load_before_ready(self) -> bool:
+        return self.inner.load_before_ready
+
+    def load(self) -> None:
+        self.inner.load()
+
+    @property
+    def loaded(self) -> bool:
+        return self.inner.loaded
+
+    def for_queries(self) -> Embedder:
+        return self.inner.for_queries()
+
+    def token_lengths(self, texts: Sequence[str]) -> list[int]:
+        return self.inner.token_lengths(texts)
+
+    def close(self) -> None:
+        self.inner.close()

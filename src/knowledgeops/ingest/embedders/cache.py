@@ -34,7 +34,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from knowledgeops.clock import utcnow
 from knowledgeops.db.schema import embedding_cache
-from knowledgeops.ingest.embedders.base import Embedder, Vectors
+from knowledgeops.ingest.embedders.base import Embedder, Fronting, Vectors
 from knowledgeops.ingest.index.base import text_hash
 
 if TYPE_CHECKING:
@@ -271,7 +271,7 @@ class RedisEmbeddingCache:
         )
 
 
-class CachedEmbedder(Embedder):
+class CachedEmbedder(Fronting):
     """An `Embedder` that asks `cache` first and embeds only what it lacks, in one inner call.
 
     `hits` and `misses` count distinct texts per call: a hit came from the cache, a miss went to
@@ -279,34 +279,11 @@ class CachedEmbedder(Embedder):
     """
 
     def __init__(self, inner: Embedder, cache: EmbeddingCache) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.cache = cache
-        self.model_id: str = inner.model_id
-        self.dimension: int = inner.dimension
         self.hits = 0
         self.misses = 0
         self._lock = threading.Lock()
-
-    # --- what the model in front of which it sits can do ------------------------------------------
-    @property
-    def load_before_ready(self) -> bool:
-        return self.inner.load_before_ready
-
-    def load(self) -> None:
-        self.inner.load()
-
-    @property
-    def loaded(self) -> bool:
-        return self.inner.loaded
-
-    def for_queries(self) -> Embedder:
-        return self.inner.for_queries()
-
-    def token_lengths(self, texts: Sequence[str]) -> list[int]:
-        return self.inner.token_lengths(texts)
-
-    def close(self) -> None:
-        self.inner.close()
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         return self.embed_counted(texts)[0]

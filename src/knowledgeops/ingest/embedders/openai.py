@@ -13,6 +13,7 @@ the scale-out topology (see `concurrency.py`).
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import logging
 import threading
@@ -115,7 +116,7 @@ class OpenAIEmbedder(Embedder):
         self.limit = limit
         self.timeout_s = timeout_s
         self.slot_wait_s = slot_wait_s
-        self._client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)))
+        self._client = _http_client(timeout_s)
         self.calls = 0
 
     def embed(self, texts: Sequence[str]) -> Vectors:
@@ -199,18 +200,18 @@ class OpenAIEmbedder(Embedder):
         """The same provider, key and limit, for search queries: a query waits for a slot at
         most as long as one request may take (a search should fail fast, not queue behind
         ingestion)."""
-        return OpenAIEmbedder(
-            base_url=self.base_url,
-            model=self.model,
-            dimension=self.dimension,
-            keys=self.keys,
-            limit=self.limit,
-            timeout_s=self.timeout_s,
-            slot_wait_s=self.timeout_s,
-        )
+        queries = copy.copy(self)
+        queries.slot_wait_s = self.timeout_s
+        queries._client = _http_client(self.timeout_s)  # connections of its own
+        queries.calls = 0
+        return queries
 
     def close(self) -> None:
         self._client.close()
+
+
+def _http_client(timeout_s: float) -> httpx.Client:
+    return httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)))
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from knowledgeops.errors import TransientError, WorkerStopping
-from knowledgeops.ingest.embedders.base import Embedder, Vectors
+from knowledgeops.ingest.embedders.base import Embedder, Fronting, Vectors
 from knowledgeops.jobs.priority import lower_priority
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class _Request:
     load: bool = False  # load the model instead
 
 
-class ModelScheduler(Embedder):
+class ModelScheduler(Fronting):
     """An `Embedder` in front of a local model: one model thread, batches across callers."""
 
     def __init__(
@@ -64,9 +64,7 @@ class ModelScheduler(Embedder):
         nice: int = 10,
         lengths: Callable[[Sequence[str]], Sequence[int]] | None = None,
     ) -> None:
-        self.model = model
-        self.model_id = model.model_id
-        self.dimension = model.dimension
+        super().__init__(model)
         self.batch_size = batch_size
         self.nice = nice
         self._lengths = lengths or model.token_lengths
@@ -107,17 +105,6 @@ class ModelScheduler(Embedder):
             self._cond.notify()
         done.result()
 
-    @property
-    def loaded(self) -> bool:
-        return self.model.loaded
-
-    @property
-    def load_before_ready(self) -> bool:
-        return self.model.load_before_ready
-
-    def for_queries(self) -> Embedder:
-        return self.model.for_queries()
-
     def token_lengths(self, texts: Sequence[str]) -> list[int]:
         return list(self._lengths(texts))
 
@@ -137,7 +124,7 @@ class ModelScheduler(Embedder):
                 )
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
-        self.model.close()
+        self.inner.close()
 
     def _start(self) -> None:
         """Start the model thread (again, should it ever have died)."""
@@ -188,7 +175,7 @@ class ModelScheduler(Embedder):
         live = [r for r in requests if r.future.set_running_or_notify_cancel()]
         for request in (r for r in live if r.load):
             try:
-                self.model.load()
+                self.inner.load()
             except Exception as exc:  # handed to the caller
                 request.future.set_exception(exc)
             else:
@@ -216,7 +203,7 @@ class ModelScheduler(Embedder):
         lengths = self._lengths(texts)
         outputs = [np.empty((len(r.texts), self.dimension), dtype=np.float32) for r in requests]
         for part in length_batches(lengths, self.batch_size):
-            vectors = self.model.embed([texts[i] for i in part])
+            vectors = self.inner.embed([texts[i] for i in part])
             for i, vector in zip(part, vectors, strict=True):
                 n, row = owner[i]
                 outputs[n][row] = vector
