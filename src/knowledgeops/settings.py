@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from knowledgeops.errors import SettingsError
 
+DEFAULT_TENANT = "default"  # whom a request acts for with KOPS_AUTH=off; the first key's tenant
 HARD_LIMIT_GRACE_S = 30.0  # s: after a job's time limit, it gets this long before it is killed
 MODEL_MAX_TOKENS = 256  # all-MiniLM-L6-v2 reads at most 256 tokens, [CLS] and [SEP] included
 

@@ -20,8 +20,9 @@ from limits.storage import MemoryStorage, Storage, storage_from_string
 from limits.strategies import MovingWindowRateLimiter
 
 from knowledgeops.errors import TooManyRequests, Unauthorized
-from knowledgeops.service.keys import DEFAULT_TENANT, Principal
+from knowledgeops.service.keys import Principal
 from knowledgeops.service.knowledge_base import Admission, KnowledgeBase
+from knowledgeops.settings import DEFAULT_TENANT
 
 log = logging.getLogger(__name__)
 

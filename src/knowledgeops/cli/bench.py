@@ -21,7 +21,7 @@ from rich.markup import escape
 
 from knowledgeops.cli.common import EXIT_STARTUP, console, fail
 from knowledgeops.errors import LabError
-from knowledgeops.roles.base import configure_logging
+from knowledgeops.roles.logs import configure_logging
 
 
 def lab(module: str, *, needs: tuple[str, ...] = (), extra: str = "bench") -> ModuleType:

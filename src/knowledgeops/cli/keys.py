@@ -1,48 +1,37 @@
-"""`kops keys create|list|revoke`: API keys, straight in the database (no running API needed).
-
-On the embedded SQLite file the schema is brought up to date first (the file may be new); on
-PostgreSQL the schema must be current already (`kops migrate`).
-"""
+"""`kops keys create|list|revoke`: API keys, straight in the database (no running API needed;
+roles/admin.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from knowledgeops.cli.common import DataDirOpt, cannot_start, console, err, fail, settings
-from knowledgeops.db.engine import Database
-from knowledgeops.db.migrate import upgrade
 from knowledgeops.errors import RequestError, StartupError
-from knowledgeops.roles.preflight import check_database, check_schema
-from knowledgeops.service.keys import DEFAULT_TENANT, ApiKeys
+from knowledgeops.settings import DEFAULT_TENANT
+
+if TYPE_CHECKING:
+    from knowledgeops.service.keys import ApiKeys
 
 keys_app = typer.Typer(help="API keys: create (shown once), list, revoke.", no_args_is_help=True)
 
 
 @contextmanager
 def _keys(data_dir: Path | None) -> Iterator[ApiKeys]:
-    chosen = settings(data_dir=data_dir)
-    if chosen.is_sqlite:
-        chosen.data_dir.mkdir(parents=True, exist_ok=True)
-    db = Database(chosen.resolved_database_url)
-    try:
+    from knowledgeops.roles.admin import api_keys  # noqa: PLC0415 (SQLAlchemy, for this command)
+
+    with ExitStack() as stack:
         try:
-            check_database(db)
-            if chosen.is_sqlite:
-                upgrade(db.engine)
-            else:
-                check_schema(db)
+            keys = stack.enter_context(api_keys(settings(data_dir=data_dir)))
         except StartupError as exc:
             raise cannot_start(exc) from None
-        yield ApiKeys(db)
-    finally:
-        db.dispose()
+        yield keys
 
 
 @keys_app.command("create")

@@ -14,9 +14,7 @@ import typer
 
 from knowledgeops.cli.common import cannot_start, settings
 from knowledgeops.errors import StartupError
-from knowledgeops.roles.base import configure_logging
-from knowledgeops.roles.preflight import check_scaleout
-from knowledgeops.roles.relay import RelayRole
+from knowledgeops.roles.logs import configure_logging
 from knowledgeops.settings import Settings
 
 log = logging.getLogger("knowledgeops.cli")
@@ -24,6 +22,9 @@ log = logging.getLogger("knowledgeops.cli")
 
 def _checked(role: str, *, broker: bool) -> tuple[Settings, Any]:
     """The settings, logging configured, and (for a role with a broker) the Celery app."""
+
+    from knowledgeops.roles.preflight import check_scaleout  # noqa: PLC0415 (SQLAlchemy, the wiring)
+
     chosen = settings()
     configure_logging(chosen.log_level)
     try:
@@ -88,6 +89,7 @@ def relay() -> None:
     """Scale-out: publish the outbox to the broker and rescue lost jobs (run two for
     availability: one is active, the other takes over within seconds)."""
     from knowledgeops.jobs.celery_dispatch import CeleryDispatcher  # noqa: PLC0415 (celery: heavy, for this command only)
+    from knowledgeops.roles.relay import RelayRole  # noqa: PLC0415 (SQLAlchemy, the wiring)
 
     chosen, celery_app = _checked("relay", broker=True)
     log.info("settings: %s", chosen.describe())

@@ -11,11 +11,11 @@ from fastapi import FastAPI
 
 from knowledgeops.api import app as http
 from knowledgeops.roles import wiring
-from knowledgeops.roles.base import DataRole, configure_logging
+from knowledgeops.roles.base import DataRole
 from knowledgeops.roles.first_key import check_auth
+from knowledgeops.roles.logs import configure_logging
 from knowledgeops.roles.preflight import check_database, check_index, check_schema
-from knowledgeops.service.keys import DEFAULT_TENANT
-from knowledgeops.settings import Settings, load_settings
+from knowledgeops.settings import DEFAULT_TENANT, Settings, load_settings
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,9 @@
-"""What every process role shares: its settings, its clock, its database, start and stop, and
-the log format of every `kops` process; and what the roles that handle documents share: the file
-store, the embedder, the index and the job store."""
+"""What every process role shares: its settings, its clock, its database, start and stop; and
+what the roles that handle documents share: the file store, the embedder, the index and the job
+store."""
 
 from __future__ import annotations
 
-import logging
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
@@ -16,14 +14,6 @@ from knowledgeops.ingest.embedders.base import Embedder
 from knowledgeops.roles import wiring
 from knowledgeops.service.knowledge_base import KnowledgeBase
 from knowledgeops.settings import Settings
-
-LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
-
-
-def configure_logging(level: str) -> None:
-    """One log format for every process (stderr); Alembic's start-up chatter left out."""
-    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr, force=True)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 class Role(ABC):

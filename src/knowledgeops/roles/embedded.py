@@ -21,11 +21,11 @@ from knowledgeops.jobs.inprocess import InProcessQueue
 from knowledgeops.jobs.runner import Runner
 from knowledgeops.jobs.worker_pool import WorkerPool
 from knowledgeops.roles import wiring
-from knowledgeops.roles.base import DataRole, configure_logging
+from knowledgeops.roles.base import DataRole
 from knowledgeops.roles.first_key import check_auth
+from knowledgeops.roles.logs import configure_logging
 from knowledgeops.service.blob_refs import sweep_unreferenced
-from knowledgeops.service.keys import DEFAULT_TENANT
-from knowledgeops.settings import Settings
+from knowledgeops.settings import DEFAULT_TENANT, Settings
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from knowledgeops.clock import utcnow
 from knowledgeops.db.engine import Database
 from knowledgeops.db.schema import api_keys
 from knowledgeops.errors import InvalidRequest, NotFound
+from knowledgeops.settings import DEFAULT_TENANT
 
 KEY_PREFIX = "kops_"
 SHOWN_PREFIX = 12  # characters of a key kept in the clear, to tell keys apart in listings
-DEFAULT_TENANT = "default"
 TENANT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _KEY_SHAPE = re.compile(r"^kops_[A-Za-z0-9_-]{20,100}$")
 
