@@ -4,13 +4,11 @@ extra to install when a package they need is missing."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import typer
 
 from knowledgeops.cli import bench
+from tests.unit.test_public_surface import loaded_by
 
 
 def test_a_missing_package_is_named_with_the_extra_that_brings_it(
@@ -33,13 +31,5 @@ def test_with_its_packages_there_the_lab_module_is_imported() -> None:
 def test_the_command_line_starts_without_the_lab_or_the_service() -> None:
     """`kops` loads the machinery of the command that runs, not of every command: the lab, the
     wiring, FastAPI, SQLAlchemy and Celery stay out of `kops --help` and `kops search`."""
-    code = (
-        "import sys; from knowledgeops.cli.app import app; "
-        "print(sorted(m for m in sys.modules if m.startswith('knowledgeops.lab') "
-        "or m.split('.')[0] in ('fastapi', 'sqlalchemy', 'celery', 'torch') "
-        "or m == 'knowledgeops.roles.wiring'))"
-    )
-    shown = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    assert shown == "[]"
+    heavy = ("knowledgeops.lab", "knowledgeops.roles.wiring", "fastapi", "sqlalchemy", "celery")
+    assert loaded_by("from knowledgeops.cli.app import app", *heavy, "torch") == []

@@ -3,6 +3,7 @@ defines, and nothing of the package loaded by `import knowledgeops` alone."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from importlib import metadata
@@ -52,13 +53,17 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         _ = knowledgeops.Runtime  # type: ignore[attr-defined]
 
 
-def test_importing_the_package_loads_none_of_its_modules() -> None:
+def loaded_by(statement: str, *names: str) -> list[str]:
+    """The modules among `names` (and their submodules) that a fresh interpreter has loaded
+    after running `statement`."""
     code = (
-        "import sys, knowledgeops; "
-        "print(sorted(m for m in sys.modules if m.startswith('knowledgeops.')), "
-        "'httpx' in sys.modules, 'pydantic' in sys.modules)"
+        f"import sys; {statement}; "
+        f"print(sorted(m for m in sys.modules if m in {names!r} "
+        f"or any(m.startswith(n + '.') for n in {names!r})))"
     )
-    shown = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    assert shown == "[] False False"
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return list(ast.literal_eval(shown.stdout.strip()))
+
+
+def test_importing_the_package_loads_none_of_its_modules() -> None:
+    assert loaded_by("import knowledgeops", "knowledgeops", "httpx", "pydantic") == ["knowledgeops"]
