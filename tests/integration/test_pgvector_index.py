@@ -59,7 +59,7 @@ def test_vectors_have_an_hnsw_cosine_index_and_words_a_gin_index(pgvector_db: Da
         ).scalars()
         joined = "\n".join(definitions)
     assert "USING hnsw (embedding vector_cosine_ops)" in joined
-    assert "USING gin (words)" in joined
+    assert "USING gin (words_v2)" in joined
 
 
 def test_a_small_dataset_in_a_large_table_gets_all_its_neighbours(pgvector_db: Database) -> None:

@@ -21,7 +21,7 @@ from knowledgeops.errors import (
     TransientError,
 )
 from knowledgeops.ingest.index.base import Hit, chunk_id
-from knowledgeops.ingest.index.terms import query_terms, spaced_cjk
+from knowledgeops.ingest.index.terms import index_text, query_terms
 from knowledgeops.jobs.classify import classify
 from knowledgeops.lab.embedders import HashingEmbedder
 from knowledgeops.service.search import reciprocal_rank_fusion
@@ -128,9 +128,25 @@ def test_reciprocal_rank_fusion_rewards_agreement() -> None:
 def test_query_terms() -> None:
     assert query_terms("How does Ownership work? ownership!") == ["ownership", "work"]
     assert query_terms("what is it") == ["what", "is", "it"]  # only function words: kept
-    assert query_terms("任务状态 retry") == ["任 务 状 态", "retry"]
     assert query_terms("?! ()") == []
-    assert spaced_cjk("abc状态机def") == "abc 状 态 机 def"
+
+
+def test_chinese_is_cut_into_words_and_the_query_into_the_same_words() -> None:
+    # jieba's search mode: the words of a long word too; a query also asks for the bigrams a
+    # Japanese text would hold; function words (后, 怎么) dropped
+    assert query_terms("任务状态 retry") == ["任务", "状态", "务状", "retry"]
+    assert query_terms("Worker 崩溃后任务怎么恢复")[:4] == ["worker", "崩溃", "任务", "恢复"]
+    assert index_text("abc状态机def") == "abc 状态 状态机 def"
+    assert index_text("数据库是唯一的真相来源。").split()[:3] == ["数据", "据库", "数据库"]
+    assert {"心跳", "检测"} <= set(index_text("通过心跳检测发现崩溃的 worker").split())
+
+
+def test_japanese_and_korean_are_cut_into_bigrams() -> None:
+    # kana anywhere in the text: every CJK run (kanji too) becomes overlapping bigrams
+    assert index_text("設定ファイル").split() == ["設定", "定フ", "ファ", "ァイ", "イル"]
+    assert query_terms("設定ファイル") == ["設定", "定フ", "ファ", "ァイ", "イル"]
+    assert index_text("데비안을 설치").split() == ["데비", "비안", "안을", "설치"]
+    assert index_text("no CJK here") == "no CJK here"
 
 
 def test_chunk_ids_are_stable_and_distinct() -> None:

@@ -29,14 +29,18 @@ class SearchMode(StrEnum):
 
 
 def reciprocal_rank_fusion(rankings: Sequence[Sequence[Hit]], k: int = RRF_K) -> list[Hit]:
-    """Fuse ranked lists: each hit scores sum(1 / (k + rank)) over the lists it appears in."""
+    """Fuse ranked lists: each hit scores sum(1 / (k + rank)) over the lists it appears in.
+    Equal scores keep the order the lists gave (the better rank first, then the earlier list),
+    so the same lists always fuse into the same order."""
     scores: dict[str, float] = {}
     first_seen: dict[str, Hit] = {}
-    for ranking in rankings:
+    best: dict[str, tuple[int, int]] = {}
+    for position, ranking in enumerate(rankings):
         for rank, hit in enumerate(ranking, start=1):
             scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + 1.0 / (k + rank)
             first_seen.setdefault(hit.chunk_id, hit)
-    fused = sorted(scores, key=lambda chunk_id: (-scores[chunk_id], chunk_id))
+            best[hit.chunk_id] = min(best.get(hit.chunk_id, (rank, position)), (rank, position))
+    fused = sorted(scores, key=lambda chunk_id: (-scores[chunk_id], best[chunk_id]))
     return [_rescored(first_seen[chunk_id], scores[chunk_id]) for chunk_id in fused]
 
 

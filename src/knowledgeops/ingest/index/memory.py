@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from knowledgeops.db.engine import Tx
 from knowledgeops.ingest.index.base import Hit, IndexedChunk
-from knowledgeops.ingest.index.terms import query_terms, spaced_cjk
+from knowledgeops.ingest.index.terms import index_text, query_terms
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -105,7 +105,7 @@ class MemoryIndex:
             live = self._live(dataset_id)
         if not terms or not live:
             return []
-        words = [_WORDS.findall(spaced_cjk(c.text).lower()) for c in live]
+        words = [_WORDS.findall(index_text(c.text).lower()) for c in live]
         tfs = [{term: _occurrences(term.split(), w) for term in terms} for w in words]
         df = {term: sum(1 for tf in tfs if tf[term]) for term in terms}
         average = sum(len(w) for w in words) / len(words)

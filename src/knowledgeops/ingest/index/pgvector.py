@@ -2,8 +2,10 @@
 GIN) for words, in the same database as the chunks, fused by the search service (RRF).
 
 Chunk rows live in the declared `chunks` table; one row per chunk in `chunk_vectors_{dim}` holds
-its vector, its words (`simple` configuration over the text with CJK characters spaced, so Chinese
-is indexed per character like the SQLite index) and whether its generation is active. Rows point
+its vector, its words (`simple` configuration over the text with CJK runs cut into words by
+terms.py, exactly as the SQLite index does) and whether its generation is active. The words'
+column is named for the version of the terms (`words_v2`): `kops migrate` finds an older column,
+fills the new one from the chunks' text and drops the old. Rows point
 at `chunks.seq` with ON DELETE CASCADE, so deleting chunks deletes their index rows in the same
 statement.
 
@@ -28,11 +30,12 @@ from knowledgeops.db.engine import Database, Tx
 from knowledgeops.db.schema import chunks, documents
 from knowledgeops.errors import IndexUnavailable
 from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
-from knowledgeops.ingest.index.terms import query_terms, spaced_cjk
+from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, query_terms
 
 HNSW_MIN_EF_SEARCH = 40  # pgvector's default
 HNSW_MAX_EF_SEARCH = 1000  # pgvector's limit
 TS_CONFIG = "simple"  # no stemming, no stopword list: the same words in every language
+REBUILD_BATCH = 2000  # chunks re-tokenized per statement when the terms change
 
 
 class PgVectorMissing(IndexUnavailable):
@@ -46,6 +49,7 @@ class PgVectorIndex:
         self.db = db
         self.dimension = dimension
         self.table = f"chunk_vectors_{dimension}"
+        self.words = f"words_v{TERMS_VERSION}"
 
     def ensure(self) -> None:
         """Create the extension, the table and its indexes if missing (idempotent; `kops migrate`
@@ -70,20 +74,59 @@ class PgVectorIndex:
                 "dataset_id varchar(36) NOT NULL, "
                 "active boolean NOT NULL DEFAULT false, "
                 f"embedding vector({self.dimension}) NOT NULL, "
-                "words tsvector NOT NULL)"
+                f"{self.words} tsvector NOT NULL)"
             )
+            self._upgrade_words(conn)
             conn.exec_driver_sql(
                 f"CREATE INDEX IF NOT EXISTS ix_{self.table}_hnsw ON {self.table} "
                 "USING hnsw (embedding vector_cosine_ops)"
             )
             conn.exec_driver_sql(
-                f"CREATE INDEX IF NOT EXISTS ix_{self.table}_words ON {self.table} "
-                "USING gin (words)"
+                f"CREATE INDEX IF NOT EXISTS ix_{self.table}_{self.words} ON {self.table} "
+                f"USING gin ({self.words})"
             )
             conn.exec_driver_sql(
                 f"CREATE INDEX IF NOT EXISTS ix_{self.table}_dataset ON {self.table} "
                 "(dataset_id, active)"
             )
+
+    def _words_columns(self, conn: Tx) -> set[str]:
+        rows = conn.exec_driver_sql(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = %(t)s "
+            "AND (column_name = 'words' OR column_name LIKE 'words\\_v%%')",
+            {"t": self.table},
+        )
+        return {row[0] for row in rows}
+
+    def _upgrade_words(self, conn: Tx) -> None:
+        """Terms of an older version in the table: add this version's column, fill it from the
+        chunks' text in batches, then drop the old columns (and their indexes with them)."""
+        older = self._words_columns(conn) - {self.words}
+        if not older:
+            return
+        conn.exec_driver_sql(
+            f"ALTER TABLE {self.table} ADD COLUMN IF NOT EXISTS {self.words} tsvector"
+        )
+        last = 0
+        while True:
+            rows = conn.exec_driver_sql(
+                f"SELECT v.seq, c.text FROM {self.table} v JOIN chunks c ON c.seq = v.seq "
+                "WHERE v.seq > %(last)s ORDER BY v.seq LIMIT %(n)s",
+                {"last": last, "n": REBUILD_BATCH},
+            ).all()
+            if not rows:
+                break
+            conn.execute(
+                text(
+                    f"UPDATE {self.table} SET {self.words} = to_tsvector('{TS_CONFIG}', :words) "
+                    "WHERE seq = :seq"
+                ),
+                [{"seq": seq, "words": index_text(body)} for seq, body in rows],
+            )
+            last = rows[-1][0]
+        conn.exec_driver_sql(f"ALTER TABLE {self.table} ALTER COLUMN {self.words} SET NOT NULL")
+        for column in sorted(older):
+            conn.exec_driver_sql(f"ALTER TABLE {self.table} DROP COLUMN {column}")
 
     def verify(self) -> None:
         """Check, without any DDL, that pgvector and this index's tables exist (every process
@@ -97,10 +140,15 @@ class PgVectorIndex:
             present = conn.exec_driver_sql(
                 "SELECT to_regclass(%(t)s) IS NOT NULL", {"t": self.table}
             ).scalar_one()
-        if not present:
-            raise PgVectorMissing(
-                f"the index table {self.table} does not exist: run `kops migrate` first"
-            )
+            if not present:
+                raise PgVectorMissing(
+                    f"the index table {self.table} does not exist: run `kops migrate` first"
+                )
+            if self.words not in self._words_columns(conn):
+                raise PgVectorMissing(
+                    f"the index table {self.table} holds keyword terms of an older version: "
+                    "run `kops migrate` (it rebuilds them from the chunks' text)"
+                )
 
     def _installed_vector_version(self) -> str | None:
         try:
@@ -134,18 +182,18 @@ class PgVectorIndex:
         seq_by_id = {row.id: row.seq for row in tx.execute(upsert)}
         tx.execute(
             text(
-                f"INSERT INTO {self.table} (seq, dataset_id, active, embedding, words) "
+                f"INSERT INTO {self.table} (seq, dataset_id, active, embedding, {self.words}) "
                 f"VALUES (:seq, :dataset_id, false, CAST(:embedding AS vector), "
                 f"to_tsvector('{TS_CONFIG}', :words)) ON CONFLICT (seq) DO UPDATE SET "
                 "dataset_id = excluded.dataset_id, active = false, "
-                "embedding = excluded.embedding, words = excluded.words"
+                f"embedding = excluded.embedding, {self.words} = excluded.{self.words}"
             ),
             [
                 {
                     "seq": seq_by_id[chunk.id],
                     "dataset_id": chunk.dataset_id,
                     "embedding": _literal(chunk.vector),
-                    "words": spaced_cjk(chunk.text),
+                    "words": index_text(chunk.text),
                 }
                 for chunk in rows
             ],
@@ -201,7 +249,7 @@ class PgVectorIndex:
             "SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, c.section, "
             f"1 - (v.embedding <=> CAST(:q AS vector)) AS score FROM {self.table} v "
             "JOIN chunks c ON c.seq = v.seq WHERE v.dataset_id = :dataset AND v.active "
-            "ORDER BY v.embedding <=> CAST(:q AS vector) LIMIT :k"
+            "ORDER BY v.embedding <=> CAST(:q AS vector), v.seq LIMIT :k"
         )
         params = {"q": _literal(vector), "dataset": dataset_id, "k": k}
         ef_search = min(max(HNSW_MIN_EF_SEARCH, 2 * k), HNSW_MAX_EF_SEARCH)
@@ -227,9 +275,9 @@ class PgVectorIndex:
             rows = conn.execute(
                 text(
                     "SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "
-                    f"c.section, ts_rank_cd(v.words, q.query) AS score FROM {self.table} v "
+                    f"c.section, ts_rank_cd(v.{self.words}, q.query) AS score FROM {self.table} v "
                     f"JOIN chunks c ON c.seq = v.seq, (SELECT {tsquery} AS query) q "
-                    "WHERE v.dataset_id = :dataset AND v.active AND v.words @@ q.query "
+                    f"WHERE v.dataset_id = :dataset AND v.active AND v.{self.words} @@ q.query "
                     "ORDER BY score DESC, c.seq LIMIT :k"
                 ),
                 params,

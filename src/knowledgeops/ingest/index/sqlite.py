@@ -3,6 +3,8 @@
 Chunk rows live in the declared `chunks` table; the two virtual tables are keyed by its integer
 primary key `seq` (SQLite's rowid, kept by VACUUM). The vector table carries `dataset_id` and
 `active` as metadata columns, so a KNN query is filtered inside sqlite-vec (exact, not afterwards).
+The keyword table's name carries the version of the terms it holds (terms.py): a start that finds
+an older one fills the new one from the chunks' text and drops the old, in one transaction.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from knowledgeops.db.engine import Database, Tx
 from knowledgeops.db.schema import documents
 from knowledgeops.errors import IndexUnavailable
 from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
-from knowledgeops.ingest.index.terms import query_terms, spaced_cjk
+from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, query_terms
 
 SQLITE_MAX_VARS = 500  # ids per IN (...) list
 _T = TypeVar("_T")
 VEC_MAX_K = 4096  # sqlite-vec's limit on k
+FTS_PREFIX = "chunk_fts"
+REBUILD_BATCH = 2000  # chunks re-tokenized per statement when the terms change
 
 
 class SqliteIndex:
@@ -32,7 +36,7 @@ class SqliteIndex:
         self.db = db
         self.dimension = dimension
         self.vec = f"chunk_vectors_{dimension}"
-        self.fts = "chunk_fts"
+        self.fts = f"{FTS_PREFIX}_v{TERMS_VERSION}"
 
     def ensure(self) -> None:
         """Create the virtual tables if they are missing (idempotent; runs at start-up)."""
@@ -42,10 +46,39 @@ class SqliteIndex:
                 f"embedding float[{self.dimension}] distance_metric=cosine, "
                 "dataset_id text, active integer)"
             )
+            older = [
+                row[0]
+                for row in conn.exec_driver_sql(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE "
+                    "'CREATE VIRTUAL TABLE%fts5%' AND (name = ? OR name LIKE ?) AND name != ?",
+                    (FTS_PREFIX, f"{FTS_PREFIX}_v%", self.fts),
+                )
+            ]
             conn.exec_driver_sql(
                 f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.fts} USING fts5(text, content='', "
                 "contentless_delete=1, tokenize='unicode61 remove_diacritics 2')"
             )
+            if older:
+                self._rebuild_keywords(conn)
+                for name in older:
+                    conn.exec_driver_sql(f"DROP TABLE {name}")
+
+    def _rebuild_keywords(self, conn: Connection) -> None:
+        """Fill the keyword table from every chunk's text (the terms changed since it was made)."""
+        conn.exec_driver_sql(f"DELETE FROM {self.fts}")
+        last = 0
+        while True:
+            rows = conn.exec_driver_sql(
+                "SELECT seq, text FROM chunks WHERE seq > ? ORDER BY seq LIMIT ?",
+                (last, REBUILD_BATCH),
+            ).all()
+            if not rows:
+                return
+            conn.exec_driver_sql(
+                f"INSERT INTO {self.fts} (rowid, text) VALUES (?, ?)",
+                [(seq, index_text(body)) for seq, body in rows],
+            )
+            last = rows[-1][0]
 
     def verify(self) -> None:
         """The two virtual tables exist (`ensure` makes them)."""
@@ -89,7 +122,7 @@ class SqliteIndex:
         )
         tx.exec_driver_sql(
             f"INSERT INTO {self.fts} (rowid, text) VALUES (?, ?)",
-            [(seqs[c.id], spaced_cjk(c.text)) for c in chunks],
+            [(seqs[c.id], index_text(c.text)) for c in chunks],
         )
 
     @staticmethod
@@ -161,7 +194,7 @@ class SqliteIndex:
                 f"SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "
                 f"c.section, 1.0 - v.distance FROM (SELECT rowid, distance FROM {self.vec} "
                 "WHERE embedding MATCH ? AND k = ? AND dataset_id = ? AND active = 1) v "
-                "JOIN chunks c ON c.seq = v.rowid ORDER BY v.distance",
+                "JOIN chunks c ON c.seq = v.rowid ORDER BY v.distance, c.seq",
                 (_blob(vector), min(k, VEC_MAX_K), dataset_id),
             ).all()
         return [Hit(*row) for row in rows]
@@ -177,7 +210,7 @@ class SqliteIndex:
                 f"c.section, -bm25({self.fts}) AS score FROM {self.fts} "
                 f"JOIN chunks c ON c.seq = {self.fts}.rowid "
                 "JOIN documents d ON d.id = c.document_id AND d.active_generation = c.generation "
-                f"WHERE {self.fts} MATCH ? AND c.dataset_id = ? ORDER BY bm25({self.fts}) LIMIT ?",
+                f"WHERE {self.fts} MATCH ? AND c.dataset_id = ? ORDER BY score DESC, c.seq LIMIT ?",
                 (match, dataset_id, k),
             ).all()
         return [Hit(*row) for row in rows]

@@ -1,18 +1,75 @@
-"""How text and queries become keyword terms, the same for every index: CJK characters one by one
-(Chinese and Japanese have no spaces between words), function words dropped from queries."""
+"""How text and queries become keyword terms, the same for every index.
+
+Chinese, Japanese and Korean put no spaces between words (Korean puts them between phrases), so
+a run of their characters is cut into terms before an engine's word tokenizer sees it:
+
+- Chinese (Han characters in a text without kana): words by jieba's dictionary (`rjieba`, its
+  dictionary inside the wheel), in search mode, so a long word also yields the dictionary words
+  inside it ("数据库" → 数据, 据库, 数据库);
+- Japanese (any text with kana) and Korean (Hangul): overlapping character bigrams, the CJK
+  analyzer of Lucene and Elasticsearch ("設定ファイル" → 設定, 定フ, ファ, ァイ, イル).
+
+`index_text` rewrites a chunk's text with its CJK runs replaced by their terms between spaces,
+for SQLite FTS5 and PostgreSQL's `simple` configuration alike; `query_terms` cuts a query the
+same way, so a query's word is a term the index holds. A query is an OR of its terms: a chunk
+holding most of them ranks, not only one holding all of them side by side. A Han-only query
+cannot say whether it is Chinese or Japanese, so it asks for both cuts (jieba's words and the
+bigrams); the ones a dataset does not hold match nothing.
+"""
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable, Iterator
 
-_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
-_TERM = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+|\w+")
+TERMS_VERSION = 2
+"""Bumped whenever `index_text` changes, so indexes built with the old terms are rebuilt."""
+
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_KANA = "\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f"
+_HANGUL = "\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
+_CJK = _HAN + _KANA + _HANGUL
+_CJK_RUN = re.compile(f"[{_CJK}]+")
+_HAS_KANA = re.compile(f"[{_KANA}]")
+_HAN_ONLY = re.compile(f"[{_HAN}]+")
+_TERM = re.compile(f"[{_CJK}]+|[^\\W{_CJK}]+")  # a CJK run, or a run of other word characters
 
 
-def spaced_cjk(text: str) -> str:
-    """Put spaces between CJK characters so that a word tokenizer indexes each one; a CJK query
-    then becomes a phrase of characters (Chinese and Japanese have no spaces between words)."""
-    return _CJK_RUN.sub(lambda m: " " + " ".join(m.group()) + " ", text)
+@functools.cache
+def _jieba() -> Callable[[str], list[str]]:
+    import rjieba  # noqa: PLC0415 (its dictionary takes 0.14 s to load: only once Chinese is seen)
+
+    cut: Callable[[str], list[str]] = rjieba.cut_for_search
+    return cut
+
+
+def _bigrams(run: str) -> Iterator[str]:
+    if len(run) == 1:
+        yield run
+        return
+    for start in range(len(run) - 1):
+        yield run[start : start + 2]
+
+
+def _run_terms(run: str, *, japanese: bool) -> Iterator[str]:
+    if japanese or not _HAN_ONLY.fullmatch(run):
+        yield from _bigrams(run)
+        return
+    for word in _jieba()(run):
+        if word.strip():
+            yield word
+
+
+def index_text(text: str) -> str:
+    """`text` with each CJK run replaced by its terms between spaces (the rest unchanged): what
+    the keyword index tokenizes."""
+    if not _CJK_RUN.search(text):
+        return text
+    japanese = _HAS_KANA.search(text) is not None
+    return _CJK_RUN.sub(
+        lambda m: " " + " ".join(_run_terms(m.group(), japanese=japanese)) + " ", text
+    )
 
 
 # Function words carry no topic; in a small dataset BM25 still scores them high when they are
@@ -24,17 +81,27 @@ STOPWORDS = frozenset(
     most my no nor not of off on once only or other our ours out over own same she should so some
     such than that the their theirs them then there these they this those through to too under
     until up very was we were what when where which while who whom why will with would you your
-    yours""".split()  # noqa: SIM905
+    yours
+    的 了 是 在 和 与 及 或 也 都 就 而 吗 呢 吧 啊 么 把 被 让 对 从 向 后 前 中 里 上 下
+    这 那 这个 那个 这些 那些 哪 哪些 哪个 什么 怎么 怎样 怎么样 如何 为什么 为何 是否 能否
+    可以 能 会 要 需要 应该 有 没有 我 你 他 她 它 我们 你们 他们 一个 一些 请问 呢""".split()  # noqa: SIM905
 )
 
 
 def query_terms(query: str) -> list[str]:
-    """Words of a free-text query, lower-cased, function words dropped; a run of CJK characters
-    is one phrase term."""
-    terms = []
-    for match in _TERM.finditer(query.lower()):
+    """Terms of a free-text query, lower-cased, function words dropped (unless nothing else is
+    left), each once, in the query's order."""
+    terms: list[str] = []
+    lowered = query.lower()
+    japanese = _HAS_KANA.search(lowered) is not None
+    for match in _TERM.finditer(lowered):
         term = match.group()
-        terms.append(" ".join(term) if _CJK_RUN.fullmatch(term) else term)
+        if not _CJK_RUN.fullmatch(term):
+            terms.append(term)
+            continue
+        terms.extend(_run_terms(term, japanese=japanese))
+        if not japanese and _HAN_ONLY.fullmatch(term):
+            terms.extend(_bigrams(term))  # the same words in a Japanese text
     unique = list(dict.fromkeys(terms))
     content = [term for term in unique if term not in STOPWORDS]
     return content or unique
