@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: serve test lint install install-test bench clean
+.PHONY: serve test lint install install-test bench eval clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,12 @@ $(VENV)/.installed-bench: pyproject.toml $(VENV)/.installed
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/kops bench --out bench.json
+
+# `kops eval` on every judged collection (eval/), both baselines, the targets of search quality
+eval: $(VENV)/.installed-bench
+	$(BIN)/kops eval --out eval.json \
+		--require '*:hybrid:mrr10>=vector' --require '*:hybrid:mrr10>=keyword' \
+		--require '*:hybrid:mrr10>=llamaindex+0.1' --require '*:hybrid:mrr10>=bm25'
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -6,20 +6,21 @@ retry, cancel
 api, worker, relay             the scale-out processes (scaleout.py)
 keys create|list|revoke        API keys, in the database (keys.py)
 bench, chaos, postgres         the lab: figures, faults, a local PostgreSQL (bench.py)
+eval                           the lab: retrieval quality on judged collections (evaluate.py)
 """
 
 from __future__ import annotations
 
 import typer
 
-from knowledgeops.cli import bench, keys, remote, scaleout, serve
+from knowledgeops.cli import bench, evaluate, keys, remote, scaleout, serve
 
 app = typer.Typer(
     help="KnowledgeOps: reliable document ingestion for retrieval-augmented generation.",
     no_args_is_help=True,
     add_completion=False,
 )
-for commands in (serve, remote, scaleout, keys, bench):
+for commands in (serve, remote, scaleout, keys, bench, evaluate):
     commands.register(app)
 
 

@@ -174,3 +174,44 @@ def test_big_page_with_sidebar_parses_fast_and_skips_the_toc(tmp_path: Path) -> 
     assert blocks[0].text.startswith("Chapter 0\n\nBody of chapter 0.")
     assert "TOC entry" not in all_text(blocks)
     assert len({b.section for b in blocks}) == 2000
+
+
+def test_navigation_tables_and_tables_of_contents_are_dropped(tmp_path: Path) -> None:
+    # the shape of a DocBook page (the Debian FAQ): a navigation table above and below, a
+    # table of contents under the chapter's title, then the sections
+    body = (
+        "<div class='navheader'><table summary='Navigation header'><tr><th colspan='3'>"
+        "Chapter 3. Choosing a distribution</th></tr><tr><td><a href='a.html'><img src='p.png' "
+        "alt='Prev'></a></td><th></th><td><a href='c.html'>Next</a></td></tr></table></div>"
+        "<div class='chapter'><h1>Chapter 3. Choosing a distribution</h1>"
+        "<div class='toc'><p><strong>Table of Contents</strong></p><dl><dt><a href='#s1'>3.1. "
+        "Which distribution?</a></dt><dt><a href='#s2'>3.2. Why testing?</a></dt></dl></div>"
+        "<h2>3.1. Which distribution?</h2><p>Stable is for servers.</p>"
+        "<ul><li><a href='x'>Home</a></li><li><a href='y'>Download</a></li>"
+        "<li><a href='z'>Support</a></li></ul>"
+        "<table><tr><td></td><td> </td></tr><tr><td>suite</td><td>stable</td></tr></table>"
+        "<h2>3.2. Why testing?</h2><p>Testing gets newer packages.</p></div>"
+        "<table summary='Navigation footer'><tr><td><a href='a.html'>Prev</a></td>"
+        "<td><a href='index.html'>Home</a></td><td><a href='c.html'>Next</a></td></tr></table>"
+    )
+    blocks = parse_html(make_html(tmp_path / "p.html", body, chrome=False))
+    assert [b.text for b in blocks] == [
+        "3.1. Which distribution?\n\nStable is for servers.\n\nsuite | stable",
+        "3.2. Why testing?\n\nTesting gets newer packages.",
+    ]
+    assert blocks[0].section == "Chapter 3. Choosing a distribution › 3.1. Which distribution?"
+
+
+def test_lists_of_links_inside_prose_are_kept(tmp_path: Path) -> None:
+    body = (
+        "<h1>Tools</h1><ul><li>Use <a href='a'>dpkg</a> for single package files and "
+        "low-level work</li><li>Use <a href='b'>apt</a> to fetch packages with dependencies</li>"
+        "<li>Use <a href='c'>aptitude</a> for a text interface</li></ul>"
+    )
+    text = all_text(parse_html(make_html(tmp_path / "p.html", body, chrome=False)))
+    assert "- Use dpkg for single package files" in text
+
+
+def test_a_page_that_is_only_a_heading_keeps_it(tmp_path: Path) -> None:
+    blocks = parse_html(make_html(tmp_path / "p.html", "<h1>Just a title</h1>", chrome=False))
+    assert [b.text for b in blocks] == ["Just a title"]

@@ -68,8 +68,25 @@ SKIP_SELECTOR = ", ".join(
         '[role="complementary"]',
         '[style*="display:none"]',
         '[style*="display: none"]',
+        '[role="menu"]',
+        '[role="menubar"]',
+        # navigation that generators mark by class: DocBook's header and footer tables and its
+        # table of contents, Sphinx's toctree, breadcrumbs anywhere
+        '[class~="navheader"]',
+        '[class~="navfooter"]',
+        'table[summary^="Navigation"]',
+        '[class~="toc"]',
+        '[class~="toctree-wrapper"]',
+        '[class~="breadcrumb"]',
+        '[class~="breadcrumbs"]',
     )
 )
+
+# A list or table whose text is mostly the text of its links is navigation (a table of
+# contents, a menu, a row of "previous | up | next"), whatever its class says.
+LINK_LISTS = "ul, ol, dl, menu, table"
+MIN_NAV_LINKS = 3
+NAV_LINK_SHARE = 0.8
 
 # A header/footer inside one of these belongs to the content; outside, it is page chrome.
 SECTIONING = frozenset({"article", "main", "section", "aside", "nav"})
@@ -177,8 +194,8 @@ class _Extractor:
             return
         text = " ".join("".join(self.parts).split())
         self.parts = []
-        if not text:
-            return
+        if not text.replace("|", "").strip():
+            return  # nothing, or the borders of a table row whose cells are empty
         text = self.prefix + text
         self.prefix = ""
         self._emit(text)
@@ -362,7 +379,18 @@ def extract_blocks(tree: LexborHTMLParser) -> Iterator[Block]:
     if root is None:
         return
     skip_ids = {node.mem_id for node in root.css(SKIP_SELECTOR)}
+    skip_ids.update(node.mem_id for node in root.css(LINK_LISTS) if _is_navigation(node))
     yield from _Extractor(skip_ids).walk(root)
+
+
+def _is_navigation(node: LexborNode) -> bool:
+    """Most of the text of this list or table is in its links (at least MIN_NAV_LINKS)."""
+    links = node.css("a[href]")
+    if len(links) < MIN_NAV_LINKS:
+        return False
+    total = len("".join(node.text(deep=True).split()))
+    linked = sum(len("".join(link.text(deep=True).split())) for link in links)
+    return total == 0 or linked >= NAV_LINK_SHARE * total
 
 
 class HtmlParser:

@@ -38,6 +38,8 @@ class SectionBuilder:
         self._headings: list[tuple[int, str]] = []
         self._parts: list[str] = []
         self._size = 0
+        self._body = False  # text besides the heading went into the current block
+        self._handed_out = False  # a block has been handed out
 
     @property
     def section(self) -> str | None:
@@ -55,7 +57,7 @@ class SectionBuilder:
         title = " ".join(title.split())
         if not title:
             return []
-        blocks = self.flush()
+        blocks = self._take(last=False)
         while self._headings and self._headings[-1][0] >= level:
             self._headings.pop()
         self._headings.append((level, title))
@@ -69,8 +71,9 @@ class SectionBuilder:
         blocks: list[Block] = []
         for piece in split_long_text(text, self.max_chars):
             if self._parts and self._size + len(separator) + len(piece) > self.max_chars:
-                blocks.extend(self.flush())
+                blocks.extend(self._take(last=False))
             self._append(piece, separator)
+            self._body = True
         return blocks
 
     def _append(self, text: str, separator: str) -> None:
@@ -81,10 +84,20 @@ class SectionBuilder:
         self._size += len(text)
 
     def flush(self) -> list[Block]:
-        """Hand out the text collected so far as a block (none if it is blank)."""
+        """Hand out the text collected so far as a block, at the end of the document (none if it
+        is blank, or only a heading after other blocks)."""
+        return self._take(last=True)
+
+    def _take(self, *, last: bool) -> list[Block]:
+        """The block collected so far: none if it is blank, or only a heading (a heading followed
+        at once by another says nothing a chunk could answer, and stays in the section path of
+        the blocks below it), unless it is the whole document."""
         text = "".join(self._parts).strip("\n")
+        body = self._body
         self._parts = []
         self._size = 0
-        if not text.strip():
+        self._body = False
+        if not text.strip() or not (body or (last and not self._handed_out)):
             return []
+        self._handed_out = True
         return [Block(text=text, section=self.section)]

@@ -1,0 +1,59 @@
+"""`kops eval` end to end on a tiny collection: real Debian FAQ pages in Chinese through a fresh
+`kops serve` and the real model, every mode asked, the BM25 baseline beside it, the figures
+printed and written, and a threshold that falls short failing the run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import run_kops
+
+pytestmark = [pytest.mark.e2e, pytest.mark.model]
+
+EVAL = Path(__file__).resolve().parents[2] / "eval"
+
+
+def test_eval_measures_every_mode_and_fails_below_a_threshold(tmp_path: Path) -> None:
+    out = tmp_path / "eval.json"
+    result = run_kops(
+        "eval",
+        "--collections",
+        str(EVAL),
+        "--only",
+        "debian-faq-zh-cn",
+        "--max-pages",
+        "2",
+        "--baselines",
+        "bm25",
+        "--require",
+        "*:keyword:r5>=0.5",
+        "--require",
+        "*:hybrid:mrr10>=keyword+1.0",  # cannot be met: MRR is at most 1
+        "--out",
+        str(out),
+        timeout=300,
+    )
+    assert result.returncode == 1, result.output
+    assert "below the threshold" in result.output
+    assert "debian-faq-zh-cn: hybrid mrr10" in result.output
+    assert "keyword r5" not in result.output  # the other threshold was met
+    report = json.loads(out.read_text("utf-8"))
+    questions = report["collections"]["debian-faq-zh-cn"]
+    assert questions >= 10  # the sections of the first two pages whose heading is a question
+    modes = {r["mode"]: r for r in report["results"]}
+    assert set(modes) == {"vector", "keyword", "hybrid", "bm25"}
+    for figures in modes.values():
+        scores = figures["all"]
+        assert 0 <= scores["r1"] <= scores["r5"] <= 1
+        assert scores["r1"] <= scores["mrr10"] <= 1
+        assert scores["questions"] == questions
+        assert figures["dev"]["questions"] + figures["test"]["questions"] == questions
+    assert modes["keyword"]["all"]["r5"] >= 0.5  # Chinese words found by their words
+    assert modes["vector"]["latency_ms_p95"] > 0
+    (corpus,) = report["corpora"]
+    assert corpus["documents"] == 2
+    assert corpus["chunks"] > 10
+    assert "debian-faq-zh-cn (" in result.output  # the printed table
