@@ -69,6 +69,12 @@ class InvalidRequest(RequestError):
     code = "invalid_request"
 
 
+class InvalidField(InvalidRequest):
+    """A field of the request names something that is not there (a model, a filter field)."""
+
+    code = "invalid_field"
+
+
 class NotFound(RequestError):
     """Not found."""
 

@@ -128,6 +128,12 @@ class Settings(BaseSettings):
         "at once while the model saturates the cores; 0 = the same. Scale-out workers, processes "
         "of their own, keep their priority (nice the process to share a machine).",
     )
+    embedding_model: str = Field(
+        "",
+        description="The model of datasets created without `embeddingModel` (a model id, see "
+        "GET /models); empty = all-MiniLM-L6-v2 as KOPS_MODEL_VARIANT says, or KOPS_OPENAI_MODEL "
+        "with KOPS_EMBEDDER=openai. A dataset keeps the model it was created with.",
+    )
     embed_batch_size: int = Field(32, ge=1, le=1024)
     pdf_part_pages: int = Field(
         25,

@@ -69,7 +69,7 @@ def test_duplicate_name_is_409(client) -> None:
         ({"name": ""}, "name"),
         ({"name": "x" * 201}, "name"),
         ({"name": "ok", "chunkSize": 8}, "chunkSize"),
-        ({"name": "ok", "chunkSize": 4000}, "chunkSize"),
+        ({"name": "ok", "chunkSize": 9000}, "chunkSize"),
         ({"name": "ok", "chunkOverlap": -1}, "chunkOverlap"),
         ({"name": "ok", "colour": "red"}, "colour"),
     ],
@@ -78,6 +78,14 @@ def test_create_validation_names_the_field(client, body: dict, field: str) -> No
     error = assert_error(client.post("/datasets", json=body), 422, "validation_error")
     assert field in error["error"], error
     assert any(f["field"] == field for f in error["fields"]), error
+
+
+def test_a_chunk_size_the_model_cannot_read_is_422_naming_its_limit(client) -> None:
+    error = assert_error(
+        client.post("/datasets", json={"name": "x", "chunkSize": 300}), 422, "invalid_field"
+    )
+    assert "between 16 and 254 tokens" in error["error"]
+    assert client.get("/datasets").json()["total"] == 1
 
 
 def test_create_with_overlap_not_below_half_the_size_is_refused(client) -> None:
@@ -246,3 +254,28 @@ def test_counts_follow_documents(client, tmp_path: Path) -> None:
     )
     wait_completed(client, pending["jobId"])
     assert client.get(f"/datasets/{dataset['id']}").json()["documentCount"] == 2
+
+
+def test_models_lists_what_a_dataset_may_use(client) -> None:
+    response = client.get("/models")
+    assert response.status_code == 200, response.text
+    (model,) = response.json()  # the API tests run one model: the test embedder
+    assert model["id"] == runtime_of(client).embedder.model_id
+    assert model["isDefault"] is True
+    assert model["dimension"] == runtime_of(client).embedder.dimension
+    assert model["maxTokens"] == 256
+
+
+def test_a_dataset_names_its_model_and_an_unknown_one_is_422(client) -> None:
+    model = runtime_of(client).embedder.model_id
+    created = client.post("/datasets", json={"name": "chosen", "embeddingModel": model})
+    assert created.status_code == 201, created.text
+    assert created.json()["embeddingModel"] == model
+    error = assert_error(
+        client.post("/datasets", json={"name": "other", "embeddingModel": "no-such-model"}),
+        422,
+        "unknown_model",
+    )
+    assert "no-such-model" in error["error"]
+    assert model in error["error"]  # the available models are named
+    assert client.get("/datasets").json()["total"] == 2

@@ -13,7 +13,16 @@ from knowledgeops import __version__
 from knowledgeops.api import errors
 from knowledgeops.api.auth import authenticate, rate_limiter_for
 from knowledgeops.api.deps import reject_unknown_query
-from knowledgeops.api.routes import datasets, documents, health, jobs, metrics, search, uploads
+from knowledgeops.api.routes import (
+    datasets,
+    documents,
+    health,
+    jobs,
+    metrics,
+    models,
+    search,
+    uploads,
+)
 from knowledgeops.api.schemas import ErrorPublic
 from knowledgeops.service.knowledge_base import KnowledgeBase
 
@@ -59,7 +68,7 @@ def create_app(
     errors.install(app)
     for module in (health, metrics):
         app.include_router(module.router)
-    for module in (uploads, jobs, documents, datasets, search):  # need an API key
+    for module in (uploads, jobs, documents, datasets, search, models):  # need an API key
         app.include_router(
             module.router,
             responses=PROTECTED,

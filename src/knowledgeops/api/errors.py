@@ -20,6 +20,7 @@ from starlette.routing import compile_path
 
 from knowledgeops.errors import (
     Conflict,
+    InvalidField,
     InvalidRequest,
     InvalidTransition,
     JobNotFound,
@@ -40,6 +41,7 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_la
 STATUS: dict[type[KopsError], int] = {
     RequestError: 400,
     InvalidRequest: 400,
+    InvalidField: 422,  # like a body that fails validation
     Unauthorized: 401,
     NotFound: 404,
     Conflict: 409,

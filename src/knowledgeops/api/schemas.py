@@ -74,16 +74,32 @@ class DatasetCreate(Camel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=200)
     description: str = Field("", max_length=10_000)
-    chunk_size: Count | None = Field(None, ge=16, le=254, description="Tokens per chunk.")
-    chunk_overlap: Count | None = Field(None, ge=0, le=126, description="Tokens shared.")
+    chunk_size: Count | None = Field(
+        None, ge=16, le=8190, description="Tokens per chunk (at most what the model reads)."
+    )
+    chunk_overlap: Count | None = Field(None, ge=0, le=4094, description="Tokens shared.")
+    embedding_model: str | None = Field(
+        None,
+        max_length=200,
+        description="The model that embeds the dataset's chunks and queries, one of GET /models "
+        "(default: the deployment's). A dataset keeps its model.",
+    )
 
 
 class DatasetUpdate(Camel):
     model_config = ConfigDict(extra="forbid")
     name: str | None = Field(None, min_length=1, max_length=200)
     description: str | None = Field(None, max_length=10_000)
-    chunk_size: Count | None = Field(None, ge=16, le=254)
-    chunk_overlap: Count | None = Field(None, ge=0, le=126)
+    chunk_size: Count | None = Field(None, ge=16, le=8190)
+    chunk_overlap: Count | None = Field(None, ge=0, le=4094)
+
+
+class ModelPublic(Camel):
+    id: str
+    dimension: int
+    max_tokens: int = Field(description="Tokens the model reads; a chunk holds 2 fewer.")
+    summary: str
+    is_default: bool
 
 
 class DatasetPublic(Camel):

@@ -29,9 +29,9 @@ from knowledgeops.db.engine import Database, Tx
 from knowledgeops.db.schema import datasets, documents
 from knowledgeops.errors import PermanentError
 from knowledgeops.ingest import pdf_parts
-from knowledgeops.ingest.chunker import ChunkDraft, Tokenizer
+from knowledgeops.ingest.chunker import ChunkDraft
 from knowledgeops.ingest.embedders.base import Embedder
-from knowledgeops.ingest.embedders.cache import CachedEmbedder
+from knowledgeops.ingest.embedders.models import Models
 from knowledgeops.ingest.index.base import ChunkIndex, IndexedChunk, chunk_id
 from knowledgeops.ingest.parsers.base import ContentType
 from knowledgeops.ingest.parsers.isolated import InlineParsing, Parsing
@@ -53,6 +53,7 @@ class _Source:
     file_name: str
     chunk_size: int
     chunk_overlap: int
+    model: str  # the dataset's embedding model
 
 
 @dataclass(eq=False)
@@ -60,8 +61,7 @@ class IngestPipeline:
     db: Database
     blobs: LocalBlobStore
     index: ChunkIndex
-    embedder: Embedder
-    tokenizer: Tokenizer
+    models: Models  # each dataset's chunks are cut by its model's tokenizer and embedded by it
     _: KW_ONLY
     batch_size: int
     parsing: Parsing = field(default_factory=lambda: InlineParsing(DEFAULT_LIMITS))
@@ -87,9 +87,9 @@ class IngestPipeline:
         spec = self._spec(source)
         # parsed, cleaned and chunked where the parser runs (its own process by default), so
         # the next chunks are made while this thread waits for the model
-        stream = ChunkStream(self.parsing.chunks(path, source.content_type, spec, self.tokenizer))
+        stream = self._stream(path, source, spec)
         with closing(stream):
-            total = self._embed_and_index(ctx, _announce(stream, ctx))
+            total = self._embed_and_index(ctx, _announce(stream, ctx), source.model)
         if not total:
             raise PermanentError(
                 f"no text was found in {source.file_name}; check that the file has text "
@@ -168,10 +168,16 @@ class IngestPipeline:
         )
         path = self._stored(source)
         spec = self._spec(source, part)
-        stream = ChunkStream(self.parsing.chunks(path, source.content_type, spec, self.tokenizer))
+        stream = self._stream(path, source, spec)
         with closing(stream):
-            total = self._embed_and_index(ctx, _announce(stream, ctx), base=part.ordinal_base)
+            total = self._embed_and_index(
+                ctx, _announce(stream, ctx), source.model, base=part.ordinal_base
+            )
         ctx.report(stage=Stage.INDEXING, total=total, processed=total)
+
+    def _stream(self, path: Any, source: _Source, spec: ChunkSpec) -> ChunkStream:
+        tokenizer = self.models.tokenizer(source.model)
+        return ChunkStream(self.parsing.chunks(path, source.content_type, spec, tokenizer))
 
     def _source(self, document_id: str) -> _Source:
         with self.db.read() as conn:
@@ -182,6 +188,7 @@ class IngestPipeline:
                     documents.c.file_name,
                     datasets.c.chunk_size,
                     datasets.c.chunk_overlap,
+                    datasets.c.embedding_model,
                 )
                 .join(datasets, datasets.c.id == documents.c.dataset_id)
                 .where(documents.c.id == document_id)
@@ -191,7 +198,7 @@ class IngestPipeline:
         return _Source(*row)
 
     def _embed_and_index(
-        self, ctx: JobContext, drafts: Iterable[ChunkDraft], *, base: int = 0
+        self, ctx: JobContext, drafts: Iterable[ChunkDraft], model: str, *, base: int = 0
     ) -> int:
         """Embed and write the drafts as they stream from the chunker, a window at a time, so a
         document's text is never all in memory. Returns how many chunks were written.
@@ -201,6 +208,7 @@ class IngestPipeline:
         total is reported once the chunker has finished (until then it is unknown, not guessed).
         """
         counts = _Counts()
+        embedder = self.models.embedder(model)
         window: list[ChunkDraft] = []
         streaming = False
         for draft in drafts:
@@ -209,7 +217,7 @@ class IngestPipeline:
                 if not streaming:
                     ctx.report(stage=Stage.EMBEDDING, processed=0)
                     streaming = True
-                self._embed_window(ctx, window, counts, base)
+                self._embed_window(ctx, embedder, window, counts, base)
                 window = []
         total = counts.processed + len(window)
         if total:
@@ -217,7 +225,7 @@ class IngestPipeline:
                 ctx.report(total=total)
             else:
                 ctx.report(stage=Stage.EMBEDDING, total=total, processed=0)
-            self._embed_window(ctx, window, counts, base)
+            self._embed_window(ctx, embedder, window, counts, base)
         log.info(
             "job %s: %d chunks; cache: %d texts embedded, %d reused",
             ctx.job.id,
@@ -228,7 +236,12 @@ class IngestPipeline:
         return total
 
     def _embed_window(
-        self, ctx: JobContext, window: list[ChunkDraft], counts: _Counts, base: int
+        self,
+        ctx: JobContext,
+        embedder: Embedder,
+        window: list[ChunkDraft],
+        counts: _Counts,
+        base: int,
     ) -> None:
         # Batches of similar length waste no model time on padding; order does not matter
         # because every chunk's id and ordinal are fixed already.
@@ -236,10 +249,7 @@ class IngestPipeline:
         for start in range(0, len(order), self.batch_size):
             batch = order[start : start + self.batch_size]
             texts = [d.text for d in batch]
-            if isinstance(self.embedder, CachedEmbedder):
-                vectors, fresh = self.embedder.embed_counted(texts)
-            else:
-                vectors, fresh = self.embedder.embed(texts), len(texts)
+            vectors, fresh = embedder.embed_counted(texts)
             counts.embedded += fresh
             rows = [self._indexed(ctx, d, v, base) for d, v in zip(batch, vectors, strict=True)]
             counts.processed += len(batch)

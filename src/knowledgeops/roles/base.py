@@ -54,7 +54,8 @@ class DataRole(Role):
     ) -> None:
         super().__init__(settings, clock=clock)
         self.blobs = LocalBlobStore(settings.data_dir)
-        self.embedder = wiring.make_embedder(settings, self.db, embedder, nice=nice)
+        self.models = wiring.make_models(settings, self.db, embedder, nice=nice)
+        self.embedder = self.models.embedder(self.models.default)  # loaded at start
         self.index = wiring.make_index(self.db, self.embedder.dimension)
         self.store = wiring.make_store(self.db, self.index)
 
@@ -68,7 +69,7 @@ class DataRole(Role):
             self.blobs,
             self.index,
             self.store,
-            self.embedder,
+            self.models,
             notify=notify,
             readiness=readiness,
         )

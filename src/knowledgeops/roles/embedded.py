@@ -41,9 +41,7 @@ class EmbeddedRole(DataRole):
         self.queue = InProcessQueue()
         self.heartbeat = Heartbeat(self.store, settings.heartbeat_interval_s, clock)
         self.relay = wiring.make_relay(settings, self.store, self.queue, clock)
-        self.pipeline = wiring.make_pipeline(
-            settings, self.db, self.blobs, self.index, self.embedder
-        )
+        self.pipeline = wiring.make_pipeline(settings, self.db, self.blobs, self.index, self.models)
         self.runner = Runner(
             self.store,
             self.pipeline,
@@ -99,7 +97,7 @@ class EmbeddedRole(DataRole):
         # first: a parse cut short below must not fail its job
         self.heartbeat.release_held()
         self.pipeline.parsing.close()
-        self.embedder.close()
+        self.models.close()
         self.relay.stop()
         self.heartbeat.stop()
         self.db.dispose()

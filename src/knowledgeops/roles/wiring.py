@@ -13,6 +13,7 @@ from collections.abc import Callable
 from knowledgeops.clock import Clock, utcnow
 from knowledgeops.db.blobs import LocalBlobStore
 from knowledgeops.db.engine import Database
+from knowledgeops.errors import SettingsError
 from knowledgeops.ingest.chunker import HFTokenizer
 from knowledgeops.ingest.embedders.base import Embedder
 from knowledgeops.ingest.embedders.cache import (
@@ -22,8 +23,9 @@ from knowledgeops.ingest.embedders.cache import (
     SqlEmbeddingCache,
 )
 from knowledgeops.ingest.embedders.concurrency import ConcurrencyLimit, LocalLimit, RedisLimit
-from knowledgeops.ingest.embedders.local import LocalMiniLM, load_tokenizer
-from knowledgeops.ingest.embedders.onnx_int8 import OnnxMiniLM
+from knowledgeops.ingest.embedders.local import MODEL_ID, LocalMiniLM, load_tokenizer
+from knowledgeops.ingest.embedders.models import Models, ModelSpec
+from knowledgeops.ingest.embedders.onnx_int8 import INT8_MODEL_ID, OnnxMiniLM, int8_available
 from knowledgeops.ingest.embedders.openai import KeySource, OpenAIEmbedder
 from knowledgeops.ingest.embedders.scheduler import ModelScheduler
 from knowledgeops.ingest.index.base import ChunkIndex
@@ -45,7 +47,7 @@ from knowledgeops.service.keys import ApiKeys
 from knowledgeops.service.knowledge_base import Admission, KnowledgeBase
 from knowledgeops.service.search import Search
 from knowledgeops.service.uploads import Uploads
-from knowledgeops.settings import Settings
+from knowledgeops.settings import MODEL_MAX_TOKENS, Settings
 
 
 def make_index(db: Database, dimension: int) -> ChunkIndex:
@@ -93,6 +95,79 @@ def make_model(settings: Settings) -> Embedder:
     return LocalMiniLM(threads=settings.model_threads)
 
 
+def catalogue(settings: Settings) -> dict[str, ModelSpec]:
+    """The models datasets may choose from, by the id a dataset records: the local models
+    (all-MiniLM-L6-v2 as shipped and, where ONNX Runtime is installed, its int8 build) and, when
+    the deployment embeds through a provider, the provider's model."""
+
+    def minilm_tokenizer() -> HFTokenizer:
+        return HFTokenizer(load_tokenizer())
+
+    specs = [
+        ModelSpec(
+            MODEL_ID,
+            LocalMiniLM.dimension,
+            MODEL_MAX_TOKENS,
+            "English; about 15 chunks/s on 2 cores",
+            lambda: LocalMiniLM(threads=settings.model_threads),
+            minilm_tokenizer,
+        )
+    ]
+    if int8_available() or settings.model_variant == "int8":  # (it says what to install)
+        specs.append(
+            ModelSpec(
+                INT8_MODEL_ID,
+                OnnxMiniLM.dimension,
+                MODEL_MAX_TOKENS,
+                "all-MiniLM-L6-v2 quantised to int8 (ONNX Runtime); English; 1.3-2x faster",
+                lambda: OnnxMiniLM(settings.data_dir / "models", threads=settings.model_threads),
+                minilm_tokenizer,
+            )
+        )
+    if settings.embedder == "openai":
+        specs.append(
+            ModelSpec(
+                settings.openai_model,
+                settings.openai_dimensions,
+                MODEL_MAX_TOKENS,
+                "the provider's model",
+                lambda: make_model(settings),
+                minilm_tokenizer,
+            )
+        )
+    return {spec.model_id: spec for spec in specs}
+
+
+def default_model(settings: Settings) -> str:
+    """The model of new datasets: KOPS_EMBEDDING_MODEL, else the provider's or the local one."""
+    if settings.embedding_model:
+        return settings.embedding_model
+    if settings.embedder == "openai":
+        return settings.openai_model
+    return INT8_MODEL_ID if settings.model_variant == "int8" else MODEL_ID
+
+
+def make_models(
+    settings: Settings, db: Database, embedder: Embedder | None = None, *, nice: int = 0
+) -> Models:
+    """The catalogue, each model behind its model thread and the embedding cache (`wrap`); with
+    `embedder` (tests, benchmarks), a catalogue of that one model."""
+
+    def wrap(model: Embedder) -> Embedder:
+        return make_embedder(settings, db, model, nice=nice)
+
+    if embedder is not None:
+        return Models.only(wrap(embedder), lambda: HFTokenizer(load_tokenizer()), MODEL_MAX_TOKENS)
+    specs = catalogue(settings)
+    default = default_model(settings)
+    if default not in specs:
+        raise SettingsError(
+            f"KOPS_EMBEDDING_MODEL={default!r} is not a model this deployment can run; the "
+            "models are " + ", ".join(sorted(specs))
+        )
+    return Models(specs, default, wrap)
+
+
 def make_embedder(
     settings: Settings, db: Database, embedder: Embedder | None = None, *, nice: int = 0
 ) -> Embedder:
@@ -136,7 +211,7 @@ def parse_limits(settings: Settings) -> ParseLimits:
 
 
 def make_pipeline(
-    settings: Settings, db: Database, blobs: LocalBlobStore, index: ChunkIndex, embedder: Embedder
+    settings: Settings, db: Database, blobs: LocalBlobStore, index: ChunkIndex, models: Models
 ) -> IngestPipeline:
     limits = parse_limits(settings)
     parsing = (
@@ -146,8 +221,7 @@ def make_pipeline(
         db,
         blobs,
         index,
-        embedder,
-        HFTokenizer(load_tokenizer()),
+        models,
         batch_size=settings.embed_batch_size,
         parsing=parsing,
         part_pages=settings.pdf_part_pages,
@@ -176,7 +250,7 @@ def make_knowledge_base(
     blobs: LocalBlobStore,
     index: ChunkIndex,
     store: JobStore,
-    embedder: Embedder,
+    models: Models,
     *,
     notify: Callable[[], None],
     readiness: Callable[[], dict[str, object]],
@@ -184,8 +258,8 @@ def make_knowledge_base(
     """The use cases the API and the CLI share, over this process's database and files.
     `notify` is called after a transaction wrote an outbox row (it wakes an in-process relay)."""
     attempts = settings.max_attempts
-    defaults = DatasetDefaults(embedder.model_id, settings.chunk_size, settings.chunk_overlap)
-    datasets = Datasets(db, index, blobs, defaults)
+    defaults = DatasetDefaults(settings.chunk_size, settings.chunk_overlap)
+    datasets = Datasets(db, index, blobs, defaults, models)
     jobs = Jobs(db, store, retry_attempts=attempts, notify=notify)
     return KnowledgeBase(
         datasets=datasets,
@@ -202,7 +276,8 @@ def make_knowledge_base(
             max_upload_bytes=settings.max_upload_bytes,
         ),
         jobs=jobs,
-        search=Search(db, datasets, index, embedder.for_queries()),
+        search=Search(db, datasets, index, models),
+        models=models,
         keys=ApiKeys(db),
         admission=Admission.from_settings(settings),
         metrics=lambda: store.metrics(now=utcnow()),

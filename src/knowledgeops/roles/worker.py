@@ -47,9 +47,7 @@ class WorkerRole(DataRole):
     ) -> None:
         super().__init__(settings, embedder=embedder, clock=clock)
         self.heartbeat = Heartbeat(self.store, settings.heartbeat_interval_s, clock)
-        self.pipeline = wiring.make_pipeline(
-            settings, self.db, self.blobs, self.index, self.embedder
-        )
+        self.pipeline = wiring.make_pipeline(settings, self.db, self.blobs, self.index, self.models)
         handler: Handler = self.pipeline
         if handler_wrapper is not None:
             handler = handler_wrapper(handler)
@@ -73,7 +71,7 @@ class WorkerRole(DataRole):
         self.heartbeat.release_held()
         self.heartbeat.stop()
         self.pipeline.parsing.close()
-        self.embedder.close()
+        self.models.close()
         self.db.dispose()
 
 

@@ -17,7 +17,8 @@ from knowledgeops.clock import utcnow
 from knowledgeops.db.blobs import LocalBlobStore
 from knowledgeops.db.engine import Database
 from knowledgeops.db.schema import datasets, documents, ingest_jobs
-from knowledgeops.errors import Conflict, InvalidRequest, NotFound
+from knowledgeops.errors import Conflict, InvalidField, InvalidRequest, NotFound
+from knowledgeops.ingest.embedders.models import Models
 from knowledgeops.ingest.index.base import ChunkIndex
 from knowledgeops.service.blob_refs import unlink_unreferenced
 from knowledgeops.service.views import DatasetView, Page, from_row
@@ -28,7 +29,6 @@ DEFAULT_NAME = "default"
 
 @dataclass(frozen=True, slots=True)
 class DatasetDefaults:
-    embedding_model: str
     chunk_size: int
     chunk_overlap: int
 
@@ -39,10 +39,13 @@ def owned_datasets(tenant: str) -> Any:
     return select(datasets.c.id).where(datasets.c.tenant_id == tenant)
 
 
-def check_chunking(size: int, overlap: int) -> None:
-    if not 16 <= size <= MODEL_MAX_TOKENS - 2:
-        raise InvalidRequest(
-            f"chunkSize must be between 16 and {MODEL_MAX_TOKENS - 2} tokens", code="invalid_field"
+def check_chunking(size: int, overlap: int, max_tokens: int = MODEL_MAX_TOKENS) -> None:
+    """`max_tokens`: what the dataset's model reads, its two special tokens included."""
+    if not 16 <= size <= max_tokens - 2:
+        raise InvalidField(
+            f"chunkSize must be between 16 and {max_tokens - 2} tokens (what the dataset's "
+            "model reads)",
+            code="invalid_field",
         )
     if not 0 <= overlap < size // 2:
         raise InvalidRequest(
@@ -56,6 +59,7 @@ class Datasets:
     index: ChunkIndex
     blobs: LocalBlobStore
     defaults: DatasetDefaults
+    models: Models  # the models a dataset may be created with, and the default
 
     def _select(self, tenant: str) -> Any:
         docs = (
@@ -129,11 +133,21 @@ class Datasets:
         description: str = "",
         chunk_size: int | None = None,
         chunk_overlap: int | None = None,
+        embedding_model: str | None = None,
     ) -> DatasetView:
+        """A dataset embedded by `embedding_model` (the deployment's default if None): 422
+        naming the available models for one this deployment does not run."""
         try:
             with self.db.write() as conn:
                 return self._insert(
-                    conn, tenant, name, description, chunk_size, chunk_overlap, False
+                    conn,
+                    tenant,
+                    name,
+                    description,
+                    chunk_size,
+                    chunk_overlap,
+                    False,
+                    embedding_model=embedding_model,
                 )
         except IntegrityError:
             raise Conflict(
@@ -149,14 +163,17 @@ class Datasets:
         chunk_size: int | None,
         chunk_overlap: int | None,
         is_default: bool,
+        *,
+        embedding_model: str | None = None,
     ) -> DatasetView:
+        model = self.models.spec(embedding_model or self.models.default)
         size = chunk_size if chunk_size is not None else self.defaults.chunk_size
         overlap = (
             chunk_overlap
             if chunk_overlap is not None
             else min(self.defaults.chunk_overlap, max(size // 2 - 1, 0))
         )
-        check_chunking(size, overlap)
+        check_chunking(size, overlap, model.max_tokens)
         dataset_id = str(uuid.uuid4())
         now = utcnow()
         conn.execute(
@@ -165,7 +182,7 @@ class Datasets:
                 tenant_id=tenant,
                 name=name,
                 description=description,
-                embedding_model=self.defaults.embedding_model,
+                embedding_model=model.model_id,
                 chunk_size=size,
                 chunk_overlap=overlap,
                 is_default=is_default,
@@ -186,6 +203,7 @@ class Datasets:
                 check_chunking(
                     values.get("chunk_size", current.chunk_size),
                     values.get("chunk_overlap", current.chunk_overlap),
+                    self._max_tokens(current.embedding_model),
                 )
                 if values:
                     conn.execute(
@@ -198,6 +216,10 @@ class Datasets:
             raise Conflict(
                 f"a dataset named {values.get('name')!r} exists already", code="dataset_exists"
             ) from None
+
+    def _max_tokens(self, model: str) -> int:
+        spec = self.models.specs.get(model)
+        return spec.max_tokens if spec is not None else MODEL_MAX_TOKENS
 
     def delete(self, tenant: str, dataset_id: str) -> None:
         """Delete the dataset, its documents, jobs and chunks; stop its running jobs."""

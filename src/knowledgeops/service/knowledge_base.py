@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from pydantic import SecretStr
 
+from knowledgeops.ingest.embedders.models import Models
 from knowledgeops.jobs.model import JobMetrics
 from knowledgeops.service.datasets import Datasets
 from knowledgeops.service.documents import Documents
@@ -54,6 +55,7 @@ class KnowledgeBase:
     search: Search
     keys: ApiKeys
     admission: Admission
+    models: Models  # the embedding models datasets may choose (GET /models)
     # the whole deployment's jobs by status, outbox backlog, waiting and heartbeat ages, outcomes
     # and stage times, read from the database now (what /metrics reports)
     metrics: Callable[[], JobMetrics]

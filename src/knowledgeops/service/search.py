@@ -12,7 +12,8 @@ from sqlalchemy import select
 from knowledgeops.db.engine import Database
 from knowledgeops.db.schema import documents
 from knowledgeops.errors import JobError, ServiceUnavailable
-from knowledgeops.ingest.embedders.base import Embedder, Vectors
+from knowledgeops.ingest.embedders.base import Vectors
+from knowledgeops.ingest.embedders.models import Models
 from knowledgeops.ingest.index.base import ChunkIndex, Hit
 from knowledgeops.service.datasets import Datasets, owned_datasets
 from knowledgeops.service.views import SearchHit
@@ -53,31 +54,32 @@ class Search:
     db: Database
     datasets: Datasets
     index: ChunkIndex
-    embedder: Embedder  # the one for queries (Embedder.for_queries)
+    models: Models  # a query is embedded by its dataset's model (Models.for_queries)
 
     def search(
         self, tenant: str, dataset_id: str, query: str, *, top_k: int, mode: SearchMode
     ) -> list[SearchHit]:
         """Chunks of one of the tenant's datasets: the index is asked for that dataset only,
         and the hits' documents are read back within the tenant too."""
-        self.datasets.get(tenant, dataset_id)  # 404 for an unknown dataset or another tenant's
+        # 404 for an unknown dataset or another tenant's
+        model = self.datasets.get(tenant, dataset_id).embedding_model
         if mode is SearchMode.KEYWORD:
             hits = self.index.search_keyword(dataset_id, query, top_k)
         elif mode is SearchMode.VECTOR:
-            hits = self.index.search_vector(dataset_id, self._vector(query), top_k)
+            hits = self.index.search_vector(dataset_id, self._vector(query, model), top_k)
         else:
             wanted = max(top_k * CANDIDATES_PER_TOP_K, MIN_CANDIDATES)
             hits = reciprocal_rank_fusion(
                 [
-                    self.index.search_vector(dataset_id, self._vector(query), wanted),
+                    self.index.search_vector(dataset_id, self._vector(query, model), wanted),
                     self.index.search_keyword(dataset_id, query, wanted),
                 ]
             )[:top_k]
         return self._with_names(tenant, dataset_id, hits)
 
-    def _vector(self, query: str) -> Vectors:
+    def _vector(self, query: str, model: str) -> Vectors:
         try:
-            vector: Vectors = self.embedder.embed([query])[0]
+            vector: Vectors = self.models.for_queries(model).embed([query])[0]
         except JobError as exc:  # the embedding provider failed: not the caller's fault
             retry = int(exc.retry_after_s) if exc.retry_after_s else 5
             raise ServiceUnavailable(

@@ -30,13 +30,22 @@ def list_datasets(service: ServiceDep, tenant: Tenant, page: PageNo = 1, limit: 
 
 
 @router.post(
-    "", response_model=DatasetPublic, status_code=201, responses=CONFLICT, summary="Create"
+    "",
+    response_model=DatasetPublic,
+    status_code=201,
+    responses={**CONFLICT, 422: {"model": ErrorPublic}},
+    summary="Create",
 )
 def create_dataset(
     body: DatasetCreate, service: ServiceDep, tenant: Tenant, response: Response
 ) -> Any:
     created = service.datasets.create(
-        tenant, body.name, body.description, body.chunk_size, body.chunk_overlap
+        tenant,
+        body.name,
+        body.description,
+        body.chunk_size,
+        body.chunk_overlap,
+        embedding_model=body.embedding_model,
     )
     response.headers["Location"] = f"/datasets/{created.id}"
     return created

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib.util
 import json
 import logging
 import os
@@ -53,6 +54,11 @@ INT8_MODEL_ID = f"{MODEL_ID}:int8-onnx"
 MIN_MEAN_COSINE = 0.99
 MAX_TOKENS = 256  # the model's max_seq_length (sentence-transformers config)
 BUILD_VERSION = 1  # part of the file name: a new recipe never reuses an old build
+
+
+def int8_available() -> bool:
+    """Whether ONNX Runtime and onnx (the int8 extra) are installed, without importing them."""
+    return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
 
 
 def calibration_texts() -> list[str]:

@@ -1,0 +1,110 @@
+"""The embedding models a process can use, one per dataset (docs/architecture.md: Embedding and
+search).
+
+A dataset names its model when it is created (`embeddingModel`; the deployment's default
+otherwise) and keeps it: its chunks are embedded by that model and its queries too, so vectors
+of two models are never compared. `Models` holds the catalogue (what each model is: dimension,
+how many tokens it reads, its tokenizer for the chunker) and makes each model's embedder the
+first time a dataset needs it, wrapped the way the process wraps every model (its model thread
+and the embedding cache, by `wrap`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from knowledgeops.errors import InvalidField
+from knowledgeops.ingest.chunker import Tokenizer
+from knowledgeops.ingest.embedders.base import Embedder
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of the catalogue. `make` builds the bare model (it loads lazily)."""
+
+    model_id: str  # what datasets record and the API names
+    dimension: int
+    max_tokens: int  # the model reads at most this many tokens, its special tokens included
+    summary: str  # languages and speed, for people choosing
+    make: Callable[[], Embedder]
+    tokenizer: Callable[[], Tokenizer]
+
+
+class UnknownModel(InvalidField):
+    """A dataset asked for a model this deployment does not run."""
+
+    def __init__(self, name: str, known: Iterable[str]) -> None:
+        super().__init__(
+            f"there is no embedding model {name!r} here; the available models are "
+            + ", ".join(known),
+            code="unknown_model",
+        )
+
+
+@dataclass(eq=False)
+class Models:
+    """The catalogue, its default for new datasets, and the embedders made so far."""
+
+    specs: dict[str, ModelSpec]
+    default: str
+    wrap: Callable[[Embedder], Embedder] = lambda model: model
+    _embedders: dict[str, Embedder] = field(default_factory=dict)
+    _tokenizers: dict[str, Tokenizer] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.spec(self.default)
+
+    @classmethod
+    def only(
+        cls, embedder: Embedder, tokenizer: Callable[[], Tokenizer], max_tokens: int
+    ) -> Models:
+        """A catalogue of one model, already made (tests, benchmarks, a provider over HTTP)."""
+        spec = ModelSpec(
+            embedder.model_id, embedder.dimension, max_tokens, "", lambda: embedder, tokenizer
+        )
+        models = cls({embedder.model_id: spec}, embedder.model_id)
+        models._embedders[embedder.model_id] = embedder
+        return models
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.specs)
+
+    @property
+    def dimensions(self) -> set[int]:
+        return {spec.dimension for spec in self.specs.values()}
+
+    def spec(self, name: str) -> ModelSpec:
+        found = self.specs.get(name)
+        if found is None:
+            raise UnknownModel(name, self.names)
+        return found
+
+    def embedder(self, name: str) -> Embedder:
+        """The model's embedder for documents (made on first use; not loaded until it embeds)."""
+        spec = self.spec(name)
+        with self._lock:
+            made = self._embedders.get(name)
+            if made is None:
+                made = self._embedders[name] = self.wrap(spec.make())
+        return made
+
+    def for_queries(self, name: str) -> Embedder:
+        return self.embedder(name).for_queries()
+
+    def tokenizer(self, name: str) -> Tokenizer:
+        spec = self.spec(name)
+        with self._lock:
+            made = self._tokenizers.get(name)
+            if made is None:
+                made = self._tokenizers[name] = spec.tokenizer()
+        return made
+
+    def close(self) -> None:
+        with self._lock:
+            made, self._embedders = list(self._embedders.values()), {}
+        for embedder in made:
+            embedder.close()
