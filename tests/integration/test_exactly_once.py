@@ -99,7 +99,7 @@ def index_rows(runtime: EmbeddedRole) -> tuple[int, int, int]:
             n_words = conn.execute(text(f"SELECT count(*) FROM {index.fts}")).scalar_one()
         else:
             n_vec, n_words = conn.execute(
-                text(f"SELECT count(*), count(words) FROM {index.table}")
+                text(f"SELECT count(*), count({index.words}) FROM {index.table}")
             ).one()
     return int(n_chunks or 0), int(n_vec), int(n_words)
 

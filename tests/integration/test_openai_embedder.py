@@ -379,8 +379,10 @@ def test_a_search_does_not_queue_behind_ingestion_for_a_provider_slot(
 ) -> None:
     """Every slot of the shared limit is taken (as by busy workers): a vector search answers 503
     after about one request's timeout instead of waiting for ingestion to finish."""
-    limit = openai_runtime.service.search.embedder.limit  # type: ignore[attr-defined]
-    dataset = openai_runtime.service.datasets.ensure_default("default").id
+    default = openai_runtime.service.datasets.ensure_default("default")
+    search = openai_runtime.service.search
+    limit = search.models.for_queries(default.embedding_model).limit  # type: ignore[attr-defined]
+    dataset = default.id
     with contextlib.ExitStack() as held:
         for _ in range(limit.size):
             held.enter_context(limit.slot())

@@ -31,7 +31,7 @@ def test_the_catalogue_holds_the_local_models_and_the_default_follows_the_settin
     assert int8.default == INT8_MODEL_ID
     chosen = wiring.make_models(settings(tmp_path, embedding_model=INT8_MODEL_ID), sqlite_db)
     assert chosen.default == INT8_MODEL_ID
-    with pytest.raises(SettingsError, match="KOPS_EMBEDDING_MODEL='nope'.*all-MiniLM-L6-v2"):
+    with pytest.raises(SettingsError, match=r"KOPS_EMBEDDING_MODEL='nope'.*all-MiniLM-L6-v2"):
         wiring.make_models(settings(tmp_path, embedding_model="nope"), sqlite_db)
 
 
@@ -42,7 +42,7 @@ def test_a_model_is_made_once_on_first_use_and_unknown_ones_are_named(
     first = models.embedder(MODEL_ID)
     assert models.embedder(MODEL_ID) is first
     assert not first.loaded  # made, not loaded: loading waits for the first text
-    with pytest.raises(UnknownModel, match="the available models are .*all-MiniLM-L6-v2"):
+    with pytest.raises(UnknownModel, match=r"the available models are .*all-MiniLM-L6-v2"):
         models.embedder("bert-base-uncased")
     assert models.tokenizer(MODEL_ID) is models.tokenizer(MODEL_ID)
     models.close()

@@ -49,6 +49,13 @@ def evaluate(
     max_questions: Annotated[
         int | None, typer.Option(min=1, help="Only the first N questions of each collection.")
     ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="The datasets' embedding model, an id from GET /models (default: the "
+            "deployment's default, KOPS_EMBEDDING_MODEL)."
+        ),
+    ] = None,
     workers: Annotated[int, typer.Option(min=1, help="Worker threads of kops serve.")] = 2,
     require: Annotated[
         list[str] | None,
@@ -80,6 +87,7 @@ def evaluate(
             chosen,
             modes=chosen_modes,
             with_baselines=chosen_baselines,
+            model=model,
             workers=workers,
             say=lambda line: err.print(escape(line), highlight=False),
         )

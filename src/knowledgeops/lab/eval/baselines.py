@@ -16,10 +16,10 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from selectolax.lexbor import LexborHTMLParser
 
+from knowledgeops.ingest.chunker import Tokenizer
 from knowledgeops.ingest.embedders.base import Embedder
 from knowledgeops.ingest.index.terms import index_text, query_terms
 
@@ -70,7 +70,7 @@ def bm25(documents: Sequence[Path]) -> Retrieve:
     return retrieve
 
 
-def llamaindex(documents: Sequence[Path], embedder: Embedder, tokenizer: Any) -> Retrieve:
+def llamaindex(documents: Sequence[Path], embedder: Embedder, tokenizer: Tokenizer) -> Retrieve:
     from llama_index.core import (  # noqa: PLC0415 (the bench extra: only when this baseline runs)
         SimpleDirectoryReader,
         VectorStoreIndex,
@@ -96,8 +96,8 @@ def llamaindex(documents: Sequence[Path], embedder: Embedder, tokenizer: Any) ->
         async def _aget_query_embedding(self, query: str) -> list[float]:
             return self._get_query_embedding(query)
 
-    def tokens(text: str) -> list[int]:
-        return list(tokenizer.encode(text, add_special_tokens=False).ids)
+    def tokens(text: str) -> list[str]:
+        return list(tokenizer.encode(text).tokens)
 
     html = HTMLTagReader(tag="body")
     loaded = SimpleDirectoryReader(

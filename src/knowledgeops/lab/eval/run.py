@@ -22,13 +22,12 @@ from typing import Any
 import httpx
 
 from knowledgeops.errors import LabError
-from knowledgeops.ingest.embedders.base import Embedder
-from knowledgeops.ingest.embedders.local import load_tokenizer
+from knowledgeops.ingest.embedders.models import ModelSpec
 from knowledgeops.lab.bench.endtoend import EmbeddedServer, connect, dataset_jobs, percentile
 from knowledgeops.lab.eval import baselines
 from knowledgeops.lab.eval.collections import Collection
 from knowledgeops.lab.eval.judge import Scores, first_relevant
-from knowledgeops.roles.wiring import make_model
+from knowledgeops.roles.wiring import catalogue, default_model
 from knowledgeops.settings import load_settings
 
 TOP_K = 10
@@ -94,9 +93,9 @@ def _scored(collection: Collection, mode: str, ranks: list[int | None], ms: list
 
 
 def _ingest(
-    client: httpx.Client, corpus: str, documents: Sequence[Path]
+    client: httpx.Client, corpus: str, documents: Sequence[Path], model: str
 ) -> tuple[str, CorpusFigures]:
-    created = client.post("/datasets", json={"name": f"eval-{corpus}"})
+    created = client.post("/datasets", json={"name": f"eval-{corpus}", "embeddingModel": model})
     created.raise_for_status()
     dataset_id: str = created.json()["id"]
     began = time.perf_counter()
@@ -156,23 +155,29 @@ def run_eval(
     *,
     modes: Sequence[str] = MODES,
     with_baselines: Sequence[str] = BASELINES,
+    model: str | None = None,
     workers: int = 2,
     env: dict[str, str] | None = None,
     say: Callable[[str], None] = lambda _: None,
 ) -> EvalReport:
+    """`model`: the embedding model of the datasets (a catalogue id; default: the
+    deployment's default, as its settings name it)."""
     corpora: dict[str, Sequence[Path]] = {}
     for collection in collections:
         corpora.setdefault(collection.corpus, collection.documents)
-    model = make_model(load_settings())  # the service's model, as its settings name it
-    report = EvalReport(
-        model=model.model_id, collections={c.name: len(c.questions) for c in collections}
-    )
+    settings = load_settings()
+    specs = catalogue(settings)
+    chosen = model or default_model(settings)
+    if chosen not in specs:
+        raise EvalFailed(f"no model {chosen!r} here; the models are " + ", ".join(sorted(specs)))
+    spec = specs[chosen]
+    report = EvalReport(model=chosen, collections={c.name: len(c.questions) for c in collections})
     server = EmbeddedServer(workers=workers, env={"KOPS_MODEL_VARIANT": "fp32", **(env or {})})
     with server, connect(server.url, server.started, server.log) as (client, _ready):
         datasets = {}
         for corpus, documents in corpora.items():
             say(f"ingesting {corpus}: {len(documents)} documents")
-            datasets[corpus], figures = _ingest(client, corpus, documents)
+            datasets[corpus], figures = _ingest(client, corpus, documents, chosen)
             report.corpora.append(figures)
         for collection in collections:
             for mode in modes:
@@ -181,7 +186,7 @@ def run_eval(
                     _ask_service(client, datasets[collection.corpus], collection, mode)
                 )
     if with_baselines:
-        _baselines(report, collections, corpora, with_baselines, model, say)
+        _baselines(report, collections, corpora, with_baselines, spec, say)
     return report
 
 
@@ -190,17 +195,18 @@ def _baselines(
     collections: Sequence[Collection],
     corpora: dict[str, Sequence[Path]],
     names: Sequence[str],
-    embedder: Embedder,
+    spec: ModelSpec,
     say: Callable[[str], None],
 ) -> None:
-    tokenizer = load_tokenizer()
+    embedder = spec.make() if "llamaindex" in names else None
     for corpus, documents in corpora.items():
         for name in names:
             say(f"building the {name} baseline on {corpus}")
             if name == "bm25":
                 retrieve = baselines.bm25(documents)
             else:
-                retrieve = baselines.llamaindex(documents, embedder, tokenizer)
+                assert embedder is not None
+                retrieve = baselines.llamaindex(documents, embedder, spec.tokenizer())
             for collection in collections:
                 if collection.corpus == corpus:
                     report.results.append(_ask_baseline(retrieve, collection, name))
