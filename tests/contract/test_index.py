@@ -13,6 +13,7 @@ import pytest
 
 from knowledgeops.db.engine import Database
 from knowledgeops.ingest.index.base import ChunkIndex, IndexedChunk, chunk_id, text_hash
+from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.memory import MemoryIndex
 from knowledgeops.ingest.index.pgvector import PgVectorIndex, PgVectorMissing
 from knowledgeops.ingest.index.sqlite import SqliteIndex
@@ -41,11 +42,19 @@ class Harness:
         with self.db.write() as conn:
             return insert_dataset(conn)
 
-    def document(self, dataset_id: str) -> str:
+    def document(
+        self,
+        dataset_id: str,
+        content_type: str = "text/plain",
+        meta: dict[str, Any] | None = None,
+    ) -> str:
         if self.db is None:
-            return str(uuid.uuid4())
+            document_id = str(uuid.uuid4())
+            assert isinstance(self.index, MemoryIndex)
+            self.index.describe(document_id, content_type, meta or {})
+            return document_id
         with self.db.write() as conn:
-            return insert_document(conn, dataset_id)
+            return insert_document(conn, dataset_id, content_type=content_type, meta=meta)
 
     def write(
         self, dataset_id: str, document_id: str, generation: int, texts: list[str], base: int = 0
@@ -74,11 +83,18 @@ class Harness:
         with self.tx() as tx:
             return self.index.activate(tx, document_id, generation)
 
-    def texts(self, dataset_id: str, query: str, mode: str = "vector", k: int = 10) -> list[str]:
+    def texts(
+        self,
+        dataset_id: str,
+        query: str,
+        mode: str = "vector",
+        k: int = 10,
+        where: SearchFilter | None = None,
+    ) -> list[str]:
         if mode == "vector":
-            hits = self.index.search_vector(dataset_id, EMBED.vector(query), k)
+            hits = self.index.search_vector(dataset_id, EMBED.vector(query), k, where)
         else:
-            hits = self.index.search_keyword(dataset_id, query, k)
+            hits = self.index.search_keyword(dataset_id, query, k, where)
         return [hit.text for hit in hits]
 
 
@@ -346,3 +362,39 @@ def test_keyword_terms_of_an_older_version_are_rebuilt_from_the_chunks_text(
                 {"t": index.table},
             ).scalar_one()
     assert old == 0
+
+
+def test_a_filter_is_applied_inside_the_search_so_top_k_counts_only_what_passes(
+    harness: Harness,
+) -> None:
+    ds = harness.dataset()
+    # many near matches in documents the filter refuses, one far match in the one it admits
+    refused = [harness.document(ds, "text/plain", {"team": "web", "year": 2024}) for _ in range(4)]
+    for n, doc in enumerate(refused):
+        harness.write(ds, doc, 1, [f"cargo build crates number {n} and more cargo"])
+        harness.activate(doc, 1)
+    admitted = harness.document(ds, "application/pdf", {"team": "infra", "year": 2025, "ok": True})
+    harness.write(ds, admitted, 1, ["the cargo tool fetches dependencies"])
+    harness.activate(admitted, 1)
+    only = "the cargo tool fetches dependencies"
+    for where in (
+        SearchFilter(metadata=(("team", ("infra",)),)),
+        SearchFilter(metadata=(("year", (2025, 2026)),)),
+        SearchFilter(metadata=(("year", (2025.0,)),)),  # a number equals its float
+        SearchFilter(metadata=(("ok", (True,)),)),
+        SearchFilter(content_types=("application/pdf",)),
+        SearchFilter(document_ids=(admitted,)),
+    ):
+        assert harness.texts(ds, "cargo build crates", k=1, where=where) == [only], where
+        assert harness.texts(ds, "cargo", "keyword", k=1, where=where) == [only], where
+    nothing = (
+        SearchFilter(metadata=(("year", ("2025",)),)),  # the string is not the number
+        SearchFilter(metadata=(("ok", (1,)),)),  # nor is true the number 1
+        SearchFilter(metadata=(("missing", (None,)),)),  # an absent key is not null
+        SearchFilter(metadata=(("team", ("infra",)), ("year", (2024,)))),  # every part holds
+        SearchFilter(document_ids=()),
+    )
+    for where in nothing:
+        assert harness.texts(ds, "cargo", k=5, where=where) == [], where
+        assert harness.texts(ds, "cargo", "keyword", k=5, where=where) == [], where
+    assert len(harness.texts(ds, "cargo", k=10, where=SearchFilter())) == 5  # empty: no filter

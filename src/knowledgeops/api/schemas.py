@@ -12,6 +12,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from knowledgeops.api.deps import UUID_PATTERN
 from knowledgeops.service.views import Page
 
 T = TypeVar("T")
@@ -122,6 +123,7 @@ class DocumentPublic(Camel):
     file_name: str
     file_size: int
     content_type: str
+    file_type: str = Field(description="pdf, docx, html, md or txt (what filter.fileTypes says)")
     sha256: str
     status: str
     searchable: bool
@@ -129,6 +131,7 @@ class DocumentPublic(Camel):
     page_count: int | None
     active_generation: int | None
     latest_job_id: str | None
+    metadata: dict[str, Any] = Field(description="What the upload's metadata field gave.")
     created_at: datetime
     updated_at: datetime
 
@@ -139,11 +142,36 @@ class ReindexAccepted(Camel):
     status: str
 
 
+MetadataValue = str | int | float | bool | None
+
+
+class MetadataIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    in_: list[MetadataValue] = Field(alias="in", min_length=1, max_length=100)
+
+
+class SearchFilterIn(Camel):
+    """Which documents may answer: every part given must hold."""
+
+    model_config = ConfigDict(extra="forbid")
+    document_ids: list[Annotated[str, Field(pattern=UUID_PATTERN)]] | None = Field(
+        None, max_length=1000
+    )
+    file_types: list[Literal["pdf", "docx", "html", "md", "txt"]] | None = Field(None, min_length=1)
+    metadata: dict[str, MetadataValue | MetadataIn] | None = Field(
+        None,
+        max_length=32,
+        description='Each key equal to a value ({"team": "infra"}) or to one of some '
+        '({"year": {"in": [2024, 2025]}}).',
+    )
+
+
 class SearchRequest(Camel):
     model_config = ConfigDict(extra="forbid")
     query: str = Field(min_length=1, max_length=2000)
     top_k: Count = Field(5, ge=1, le=100)
     mode: Literal["hybrid", "vector", "keyword"] = "hybrid"
+    filter: SearchFilterIn | None = None
 
 
 class SearchHitPublic(Camel):

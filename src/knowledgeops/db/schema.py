@@ -8,9 +8,10 @@ are owned by that engine's index adapter, not declared here.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     Boolean,
     DateTime,
@@ -27,6 +28,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from knowledgeops.clock import utcnow
@@ -98,6 +100,10 @@ class Document(Timestamps, Base):
     latest_generation: Mapped[int] = mapped_column(Integer, default=1)
     chunk_count: Mapped[int] = mapped_column(Integer, default=0)
     page_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # metadata given at upload: a JSON object of scalars (search filters on it; jsonb on PG)
+    meta: Mapped[dict[str, Any]] = mapped_column(
+        JSON().with_variant(JSONB(), "postgresql"), default=dict, server_default="{}"
+    )
 
 
 class IngestJob(Timestamps, Base):

@@ -23,6 +23,7 @@ from knowledgeops.jobs.store import JobStore
 from knowledgeops.service.blob_refs import unlink_unreferenced
 from knowledgeops.service.datasets import owned_datasets
 from knowledgeops.service.jobs import USER_JOBS
+from knowledgeops.service.metadata import TYPE_NAMES
 from knowledgeops.service.views import DocumentView, Page, from_row
 
 DOCUMENT_STATUSES = ("pending", "processing", "ready", "failed", "cancelled")
@@ -40,7 +41,14 @@ def _latest_job() -> Any:
 
 
 def _view(row: Any) -> DocumentView:
-    return from_row(DocumentView, row, searchable=row._mapping["active_generation"] is not None)
+    m = row._mapping
+    return from_row(
+        DocumentView,
+        row,
+        searchable=m["active_generation"] is not None,
+        metadata=dict(m["meta"] or {}),
+        file_type=TYPE_NAMES.get(m["content_type"], m["content_type"]),
+    )
 
 
 def load_document(conn: Connection, tenant: str, document_id: str) -> DocumentView:

@@ -15,6 +15,7 @@ from knowledgeops.errors import JobError, ServiceUnavailable
 from knowledgeops.ingest.embedders.base import Vectors
 from knowledgeops.ingest.embedders.models import Models
 from knowledgeops.ingest.index.base import ChunkIndex, Hit
+from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.service.datasets import Datasets, owned_datasets
 from knowledgeops.service.views import SearchHit
 
@@ -57,22 +58,30 @@ class Search:
     models: Models  # a query is embedded by its dataset's model (Models.for_queries)
 
     def search(
-        self, tenant: str, dataset_id: str, query: str, *, top_k: int, mode: SearchMode
+        self,
+        tenant: str,
+        dataset_id: str,
+        query: str,
+        *,
+        top_k: int,
+        mode: SearchMode,
+        where: SearchFilter | None = None,
     ) -> list[SearchHit]:
-        """Chunks of one of the tenant's datasets: the index is asked for that dataset only,
-        and the hits' documents are read back within the tenant too."""
+        """Chunks of one of the tenant's datasets: the index is asked for that dataset only (and
+        the documents `where` admits, inside its query), and the hits' documents are read back
+        within the tenant too."""
         # 404 for an unknown dataset or another tenant's
         model = self.datasets.get(tenant, dataset_id).embedding_model
         if mode is SearchMode.KEYWORD:
-            hits = self.index.search_keyword(dataset_id, query, top_k)
+            hits = self.index.search_keyword(dataset_id, query, top_k, where)
         elif mode is SearchMode.VECTOR:
-            hits = self.index.search_vector(dataset_id, self._vector(query, model), top_k)
+            hits = self.index.search_vector(dataset_id, self._vector(query, model), top_k, where)
         else:
             wanted = max(top_k * CANDIDATES_PER_TOP_K, MIN_CANDIDATES)
             hits = reciprocal_rank_fusion(
                 [
-                    self.index.search_vector(dataset_id, self._vector(query, model), wanted),
-                    self.index.search_keyword(dataset_id, query, wanted),
+                    self.index.search_vector(dataset_id, self._vector(query, model), wanted, where),
+                    self.index.search_keyword(dataset_id, query, wanted, where),
                 ]
             )[:top_k]
         return self._with_names(tenant, dataset_id, hits)

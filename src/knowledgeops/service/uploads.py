@@ -12,8 +12,9 @@ import hashlib
 import re
 import unicodedata
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass
+from typing import Any
 
 from sqlalchemy import Connection, func, insert, select
 from sqlalchemy.exc import IntegrityError
@@ -31,6 +32,7 @@ from knowledgeops.jobs.store import JobStore
 from knowledgeops.service.blob_refs import lock_blob
 from knowledgeops.service.datasets import Datasets
 from knowledgeops.service.jobs import USER_JOBS, Jobs
+from knowledgeops.service.metadata import check_metadata
 from knowledgeops.service.views import Accepted
 
 __all__ = [  # StagedFile too: what the API streams an upload's bytes into
@@ -137,7 +139,10 @@ class Uploads:
         declared_type: str | None,
         dataset_id: str | None,
         idempotency_key: str | None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> Accepted:
+        """Store the file and its job. `metadata` (checked: metadata.py) is the new document's;
+        an upload of bytes the dataset holds already answers with that document, unchanged."""
         with staged:  # discarded on the way out unless it was committed into the store
             if staged.size == 0:
                 raise InvalidRequest("the file is empty", code="empty_file")
@@ -145,7 +150,13 @@ class Uploads:
             scoped_key = scoped_idempotency_key(tenant, idempotency_key)
             replayed = self._replay(tenant, scoped_key, staged.sha256, dataset_id)
             accepted = replayed or self._record_new(
-                tenant, staged, file_name, declared_type, dataset_id, scoped_key
+                tenant,
+                staged,
+                file_name,
+                declared_type,
+                dataset_id,
+                scoped_key,
+                check_metadata(metadata or {}),
             )
         if accepted.created:
             self.notify()
@@ -159,6 +170,7 @@ class Uploads:
         declared_type: str | None,
         dataset_id: str | None,
         idempotency_key: str | None,
+        metadata: dict[str, Any],
     ) -> Accepted:
         content_type = sniff(staged.head, file_name or "", declared_type)
         if content_type is None:
@@ -171,7 +183,9 @@ class Uploads:
         name = display_name(file_name, content_type)
         for _ in range(2):
             try:
-                return self._record(tenant, staged, dataset.id, name, content_type, idempotency_key)
+                return self._record(
+                    tenant, staged, dataset.id, name, content_type, idempotency_key, metadata
+                )
             except IntegrityError:
                 # a concurrent upload of the same bytes won the insert (the next try finds its
                 # document), or the dataset was deleted meanwhile (404 here)
@@ -208,6 +222,7 @@ class Uploads:
         name: str,
         content_type: str,
         idempotency_key: str | None,
+        metadata: dict[str, Any],
     ) -> Accepted:
         requeue: str | None = None
         with self.db.write() as conn:
@@ -219,7 +234,7 @@ class Uploads:
             ).first()
             if existing is None:
                 document_id, job_id = self._insert(
-                    conn, staged, dataset_id, name, content_type, idempotency_key
+                    conn, staged, dataset_id, name, content_type, idempotency_key, metadata
                 )
                 staged.commit()  # inside the transaction: see blob_refs.py
                 created = True
@@ -243,6 +258,7 @@ class Uploads:
         name: str,
         content_type: str,
         idempotency_key: str | None,
+        metadata: dict[str, Any],
     ) -> tuple[str, str]:
         now = utcnow()
         document_id = str(uuid.uuid4())
@@ -258,6 +274,7 @@ class Uploads:
                 status="pending",
                 latest_generation=1,
                 chunk_count=0,
+                meta=metadata,
                 created_at=now,
                 updated_at=now,
             )

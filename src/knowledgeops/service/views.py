@@ -53,6 +53,7 @@ class DocumentView:
     file_name: str
     file_size: int
     content_type: str
+    file_type: str  # what a search filter's fileTypes calls it: pdf, docx, html, md, txt
     sha256: str
     status: str
     searchable: bool
@@ -60,6 +61,7 @@ class DocumentView:
     page_count: int | None
     active_generation: int | None
     latest_job_id: str | None
+    metadata: dict[str, Any]
     created_at: datetime
     updated_at: datetime
 

@@ -14,6 +14,8 @@ from knowledgeops.api.auth import Tenant
 from knowledgeops.api.deps import UUID_PATTERN, ServiceDep
 from knowledgeops.api.schemas import ErrorPublic, UploadAccepted
 from knowledgeops.api.upload_stream import receive_upload
+from knowledgeops.errors import InvalidField
+from knowledgeops.service.metadata import parse_metadata
 from knowledgeops.service.uploads import check_idempotency_key
 
 router = APIRouter(tags=["documents"])
@@ -29,6 +31,11 @@ _UPLOAD_BODY = {
                     "properties": {
                         "file": {"type": "string", "format": "binary"},
                         "datasetId": {"type": "string", "format": "uuid"},
+                        "metadata": {
+                            "type": "string",
+                            "description": "A JSON object of scalars (at most 32 keys, 8 KB), "
+                            'e.g. {"team": "infra", "year": 2025}; search filters on it.',
+                        },
                     },
                 }
             }
@@ -49,6 +56,7 @@ _UPLOAD_BODY = {
         404: {"model": ErrorPublic},
         409: {"model": ErrorPublic},
         413: {"model": ErrorPublic},
+        422: {"model": ErrorPublic, "description": "A field is not valid (metadata, datasetId)."},
         415: {"model": ErrorPublic},
         429: {
             "model": ErrorPublic,
@@ -81,6 +89,11 @@ async def upload(
                 }
             ]
         )
+    try:
+        metadata = parse_metadata(received.fields.get("metadata"))
+    except InvalidField:
+        received.staged.discard()
+        raise
     accepted = await run_in_threadpool(
         service.uploads.accept,
         tenant,
@@ -89,6 +102,7 @@ async def upload(
         declared_type=received.declared_type,
         dataset_id=dataset,
         idempotency_key=key,
+        metadata=metadata,
     )
     body = UploadAccepted(
         job_id=accepted.job.id,

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from knowledgeops.db.engine import Tx
+from knowledgeops.ingest.index.filters import SearchFilter
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +98,22 @@ class ChunkIndex(Protocol):
 
     def delete_dataset(self, tx: Tx, dataset_id: str) -> None: ...
 
-    def search_vector(self, dataset_id: str, vector: npt.NDArray[np.float32], k: int) -> list[Hit]:
-        """The k nearest active chunks by cosine similarity (score in [-1, 1], higher is nearer)."""
+    def search_vector(
+        self,
+        dataset_id: str,
+        vector: npt.NDArray[np.float32],
+        k: int,
+        where: SearchFilter | None = None,
+    ) -> list[Hit]:
+        """The k nearest active chunks by cosine similarity (score in [-1, 1], higher is nearer),
+        among the documents `where` admits (filters.py)."""
         ...
 
-    def search_keyword(self, dataset_id: str, query: str, k: int) -> list[Hit]:
-        """The k best active chunks by BM25 over the query's words (score: higher is better)."""
+    def search_keyword(
+        self, dataset_id: str, query: str, k: int, where: SearchFilter | None = None
+    ) -> list[Hit]:
+        """The k best active chunks by BM25 over the query's words (score: higher is better),
+        among the documents `where` admits."""
         ...
 
 

@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from knowledgeops.db.engine import Tx
 from knowledgeops.ingest.index.base import Hit, IndexedChunk
+from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.terms import index_text, query_terms
 
 BM25_K1 = 1.2
@@ -24,12 +25,19 @@ _WORDS = re.compile(r"\w+")
 
 
 class MemoryIndex:
-    """`tx` is ignored: there is no database (the in-memory job store hands None)."""
+    """`tx` is ignored: there is no database (the in-memory job store hands None). What a
+    search filter asks of a document (its type and metadata) is told with `describe`, as the
+    documents table tells the SQL engines."""
 
     def __init__(self) -> None:
         self.chunks: dict[str, IndexedChunk] = {}
         self.active: dict[str, int] = {}  # document id → its searchable generation
+        self.documents: dict[str, tuple[str, dict[str, Any]]] = {}  # id → (type, metadata)
         self._lock = threading.RLock()
+
+    def describe(self, document_id: str, content_type: str, metadata: dict[str, Any]) -> None:
+        with self._lock:
+            self.documents[document_id] = (content_type, metadata)
 
     def ensure(self) -> None:
         """Nothing to create: the dictionaries are the index."""
@@ -85,24 +93,40 @@ class MemoryIndex:
         for chunk_id in [cid for cid, c in self.chunks.items() if doomed(c)]:
             del self.chunks[chunk_id]
 
-    def _live(self, dataset_id: str) -> list[IndexedChunk]:
+    def _live(self, dataset_id: str, where: SearchFilter | None = None) -> list[IndexedChunk]:
         return [
             c
             for c in self.chunks.values()
-            if c.dataset_id == dataset_id and self.active.get(c.document_id) == c.generation
+            if c.dataset_id == dataset_id
+            and self.active.get(c.document_id) == c.generation
+            and self._admits(c.document_id, where)
         ]
 
-    def search_vector(self, dataset_id: str, vector: npt.NDArray[np.float32], k: int) -> list[Hit]:
+    def _admits(self, document_id: str, where: SearchFilter | None) -> bool:
+        if where is None or where.empty:
+            return True
+        content_type, metadata = self.documents.get(document_id, ("", {}))
+        return where.admits(document_id, content_type, metadata)
+
+    def search_vector(
+        self,
+        dataset_id: str,
+        vector: npt.NDArray[np.float32],
+        k: int,
+        where: SearchFilter | None = None,
+    ) -> list[Hit]:
         with self._lock:
-            live = self._live(dataset_id)
+            live = self._live(dataset_id, where)
         scored = [(float(np.dot(c.vector, vector)), c) for c in live]
         scored.sort(key=lambda pair: -pair[0])
         return [_hit(c, score) for score, c in scored[:k]]
 
-    def search_keyword(self, dataset_id: str, query: str, k: int) -> list[Hit]:
+    def search_keyword(
+        self, dataset_id: str, query: str, k: int, where: SearchFilter | None = None
+    ) -> list[Hit]:
         terms = query_terms(query)
         with self._lock:
-            live = self._live(dataset_id)
+            live = self._live(dataset_id, where)
         if not terms or not live:
             return []
         words = [_WORDS.findall(index_text(c.text).lower()) for c in live]

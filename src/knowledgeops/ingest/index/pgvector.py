@@ -30,6 +30,7 @@ from knowledgeops.db.engine import Database, Tx
 from knowledgeops.db.schema import chunks, documents
 from knowledgeops.errors import IndexUnavailable
 from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
+from knowledgeops.ingest.index.filters import SearchFilter, postgres_where
 from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, query_terms
 
 HNSW_MIN_EF_SEARCH = 40  # pgvector's default
@@ -244,14 +245,23 @@ class PgVectorIndex:
         tx.execute(text("DELETE FROM chunks WHERE dataset_id = :d"), {"d": dataset_id})
 
     # --- reads ----------------------------------------------------------------------------------
-    def search_vector(self, dataset_id: str, vector: npt.NDArray[np.float32], k: int) -> list[Hit]:
+    def search_vector(
+        self,
+        dataset_id: str,
+        vector: npt.NDArray[np.float32],
+        k: int,
+        where: SearchFilter | None = None,
+    ) -> list[Hit]:
+        params: dict[str, Any] = {"q": _literal(vector), "dataset": dataset_id, "k": k}
+        conditions = postgres_where(where, params)
+        documents_join = "JOIN documents d ON d.id = c.document_id " if conditions else ""
         query = text(
             "SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, c.section, "
             f"1 - (v.embedding <=> CAST(:q AS vector)) AS score FROM {self.table} v "
-            "JOIN chunks c ON c.seq = v.seq WHERE v.dataset_id = :dataset AND v.active "
+            f"JOIN chunks c ON c.seq = v.seq {documents_join}"
+            f"WHERE v.dataset_id = :dataset AND v.active{conditions} "
             "ORDER BY v.embedding <=> CAST(:q AS vector), v.seq LIMIT :k"
         )
-        params = {"q": _literal(vector), "dataset": dataset_id, "k": k}
         ef_search = min(max(HNSW_MIN_EF_SEARCH, 2 * k), HNSW_MAX_EF_SEARCH)
         with self.db.read() as conn:
             conn.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {ef_search}")
@@ -261,11 +271,15 @@ class PgVectorIndex:
                 rows = conn.execute(query, params).all()
         return [_hit(row) for row in rows]
 
-    def search_keyword(self, dataset_id: str, query: str, k: int) -> list[Hit]:
+    def search_keyword(
+        self, dataset_id: str, query: str, k: int, where: SearchFilter | None = None
+    ) -> list[Hit]:
         terms = query_terms(query)
         if not terms:
             return []
         params: dict[str, Any] = {"dataset": dataset_id, "k": k}
+        conditions = postgres_where(where, params)
+        documents_join = "JOIN documents d ON d.id = c.document_id " if conditions else ""
         parts = []
         for n, term in enumerate(terms):
             params[f"t{n}"] = term
@@ -276,9 +290,10 @@ class PgVectorIndex:
                 text(
                     "SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "
                     f"c.section, ts_rank_cd(v.{self.words}, q.query) AS score FROM {self.table} v "
-                    f"JOIN chunks c ON c.seq = v.seq, (SELECT {tsquery} AS query) q "
-                    f"WHERE v.dataset_id = :dataset AND v.active AND v.{self.words} @@ q.query "
-                    "ORDER BY score DESC, c.seq LIMIT :k"
+                    f"JOIN chunks c ON c.seq = v.seq {documents_join}, "
+                    f"(SELECT {tsquery} AS query) q "
+                    f"WHERE v.dataset_id = :dataset AND v.active AND v.{self.words} @@ q.query"
+                    f"{conditions} ORDER BY score DESC, c.seq LIMIT :k"
                 ),
                 params,
             ).all()

@@ -20,6 +20,7 @@ from knowledgeops.db.engine import Database, Tx
 from knowledgeops.db.schema import documents
 from knowledgeops.errors import IndexUnavailable
 from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
+from knowledgeops.ingest.index.filters import SearchFilter, sqlite_where
 from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, query_terms
 
 SQLITE_MAX_VARS = 500  # ids per IN (...) list
@@ -188,7 +189,15 @@ class SqliteIndex:
             conn.exec_driver_sql(f"DELETE FROM {self.fts} WHERE rowid IN ({marks})", tuple(part))
 
     # --- reads ----------------------------------------------------------------------------------
-    def search_vector(self, dataset_id: str, vector: npt.NDArray[np.float32], k: int) -> list[Hit]:
+    def search_vector(
+        self,
+        dataset_id: str,
+        vector: npt.NDArray[np.float32],
+        k: int,
+        where: SearchFilter | None = None,
+    ) -> list[Hit]:
+        if where is not None and not where.empty:
+            return self._search_vector_filtered(dataset_id, vector, k, where)
         with self.db.read() as conn:
             rows = conn.exec_driver_sql(
                 f"SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "
@@ -199,19 +208,45 @@ class SqliteIndex:
             ).all()
         return [Hit(*row) for row in rows]
 
-    def search_keyword(self, dataset_id: str, query: str, k: int) -> list[Hit]:
+    def _search_vector_filtered(
+        self, dataset_id: str, vector: npt.NDArray[np.float32], k: int, where: SearchFilter
+    ) -> list[Hit]:
+        """Exact cosine over the chunks of the documents the filter admits (sqlite-vec's KNN
+        cannot filter on documents; it is a scan too, so this costs what it would)."""
+        params: list[Any] = [_blob(vector), dataset_id]
+        conditions = sqlite_where(where, params)
+        params.append(k)
+        with self.db.read() as conn:
+            rows = conn.exec_driver_sql(
+                "SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "
+                "c.section, 1.0 - vec_distance_cosine(v.embedding, ?) AS score "
+                "FROM documents d JOIN chunks c ON c.document_id = d.id "
+                "AND c.generation = d.active_generation "
+                f"JOIN {self.vec} v ON v.rowid = c.seq WHERE d.dataset_id = ?{conditions} "
+                "ORDER BY score DESC, c.seq LIMIT ?",
+                tuple(params),
+            ).all()
+        return [Hit(*row) for row in rows]
+
+    def search_keyword(
+        self, dataset_id: str, query: str, k: int, where: SearchFilter | None = None
+    ) -> list[Hit]:
         terms = query_terms(query)
         if not terms:
             return []
         match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+        params: list[Any] = [match, dataset_id]
+        conditions = sqlite_where(where, params)
+        params.append(k)
         with self.db.read() as conn:
             rows = conn.exec_driver_sql(
                 f"SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "
                 f"c.section, -bm25({self.fts}) AS score FROM {self.fts} "
                 f"JOIN chunks c ON c.seq = {self.fts}.rowid "
                 "JOIN documents d ON d.id = c.document_id AND d.active_generation = c.generation "
-                f"WHERE {self.fts} MATCH ? AND c.dataset_id = ? ORDER BY score DESC, c.seq LIMIT ?",
-                (match, dataset_id, k),
+                f"WHERE {self.fts} MATCH ? AND c.dataset_id = ?{conditions} "
+                "ORDER BY score DESC, c.seq LIMIT ?",
+                tuple(params),
             ).all()
         return [Hit(*row) for row in rows]
 
