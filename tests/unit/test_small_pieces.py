@@ -24,7 +24,7 @@ from knowledgeops.ingest.index.base import Hit, chunk_id
 from knowledgeops.ingest.index.terms import index_text, query_terms
 from knowledgeops.jobs.classify import classify
 from knowledgeops.lab.embedders import HashingEmbedder
-from knowledgeops.service.search import reciprocal_rank_fusion
+from knowledgeops.service.search import score_fusion
 from knowledgeops.service.uploads import check_idempotency_key, display_name
 from knowledgeops.settings import Settings, load_settings
 
@@ -115,14 +115,27 @@ def hit(chunk: str, score: float = 0.0) -> Hit:
     return Hit(chunk, "doc", 0, chunk, None, None, None, score)
 
 
-def test_reciprocal_rank_fusion_rewards_agreement() -> None:
-    vector = [hit("a"), hit("b"), hit("c")]
-    keyword = [hit("c"), hit("d"), hit("a")]
-    fused = reciprocal_rank_fusion([vector, keyword], k=60)
-    assert [h.chunk_id for h in fused] == ["a", "c", "b", "d"]
-    assert fused[0].score == pytest.approx(1 / 61 + 1 / 63)
-    assert fused[2].score == pytest.approx(1 / 62)
-    assert reciprocal_rank_fusion([[], []]) == []
+def test_score_fusion_weighs_scores_not_only_ranks() -> None:
+    # vector: a and b nearly tied; keyword: c far ahead of a. RRF would put a first (in both
+    # lists); by score, c's keyword lead outweighs a's small vector lead
+    vector = [hit("a", 0.80), hit("b", 0.79), hit("c", 0.40)]
+    keyword = [hit("c", 10.0), hit("a", 1.0)]
+    fused = score_fusion(vector, keyword, vector_weight=0.5)
+    assert [h.chunk_id for h in fused] == ["c", "a", "b"]
+    assert fused[0].score == pytest.approx(0.5 * 0.40 / 0.80 + 0.5 * 1.0)
+    # b is missing from the keyword list: it counts that list's lowest normalised score
+    assert fused[2].score == pytest.approx(0.5 * 0.79 / 0.80 + 0.5 * 0.1)
+    assert score_fusion([], []) == []
+    assert [h.chunk_id for h in score_fusion(vector, [])] == ["a", "b", "c"]
+
+
+def test_equal_fused_scores_keep_the_lists_order() -> None:
+    vector = [hit("x", 0.5), hit("y", 0.5)]
+    keyword = [hit("y", 2.0), hit("x", 2.0)]
+    assert [h.chunk_id for h in score_fusion(vector, keyword)] == ["x", "y"]
+    assert [h.chunk_id for h in score_fusion(vector, keyword)] == ["x", "y"]  # every time
+    negative = [hit("p", -0.1), hit("q", -0.3)]
+    assert [h.chunk_id for h in score_fusion(negative, [])] == ["p", "q"]
 
 
 def test_query_terms() -> None:

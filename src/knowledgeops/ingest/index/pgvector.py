@@ -1,5 +1,5 @@
 """The scale-out index: pgvector (HNSW, cosine) for vectors and PostgreSQL full-text (tsvector +
-GIN) for words, in the same database as the chunks, fused by the search service (RRF).
+GIN) for words, in the same database as the chunks, fused by the search service (by score).
 
 Chunk rows live in the declared `chunks` table; one row per chunk in `chunk_vectors_{dim}` holds
 its vector, its words (`simple` configuration over the text with CJK runs cut into words by
