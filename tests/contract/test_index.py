@@ -398,3 +398,26 @@ def test_a_filter_is_applied_inside_the_search_so_top_k_counts_only_what_passes(
         assert harness.texts(ds, "cargo", k=5, where=where) == [], where
         assert harness.texts(ds, "cargo", "keyword", k=5, where=where) == [], where
     assert len(harness.texts(ds, "cargo", k=10, where=SearchFilter())) == 5  # empty: no filter
+
+
+def test_equal_scores_come_back_in_one_stable_order(harness: Harness) -> None:
+    ds = harness.dataset()
+    docs = [harness.document(ds) for _ in range(3)]
+    for doc in docs:
+        harness.write(ds, doc, 1, ["the same sentence about cargo"] * 2)
+        harness.activate(doc, 1)
+    for mode in ("vector", "keyword"):
+        hits = [
+            [
+                (h.document_id, h.ordinal)
+                for h in (
+                    harness.index.search_vector(ds, EMBED.vector("cargo sentence"), 6)
+                    if mode == "vector"
+                    else harness.index.search_keyword(ds, "cargo sentence", 6)
+                )
+            ]
+            for _ in range(3)
+        ]
+        assert hits[0] == hits[1] == hits[2], mode
+        # ties in the order the chunks were written
+        assert hits[0] == [(doc, n) for doc in docs for n in (0, 1)], mode

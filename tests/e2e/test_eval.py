@@ -57,3 +57,17 @@ def test_eval_measures_every_mode_and_fails_below_a_threshold(tmp_path: Path) ->
     assert corpus["documents"] == 2
     assert corpus["chunks"] > 10
     assert "debian-faq-zh-cn (" in result.output  # the printed table
+
+
+def test_bench_search_measures_latency_at_a_given_number_of_chunks(tmp_path: Path) -> None:
+    out = tmp_path / "search.json"
+    result = run_kops(
+        "bench", "search", "--chunks", "300", "--collections", str(EVAL), "--out", str(out),
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.output
+    figures = json.loads(out.read_text())
+    assert (figures["chunks"], figures["questions"]) == (300, 120)
+    assert set(figures["latency_ms"]) == {"vector", "keyword", "hybrid"}
+    for latency in figures["latency_ms"].values():
+        assert 0 < latency["p50"] <= latency["p95"] <= latency["p99"]

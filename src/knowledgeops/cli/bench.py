@@ -190,6 +190,26 @@ def bench_memory(
         out.write_text(json.dumps(asdict(figures), indent=2))
 
 
+@bench_app.command("search")
+def bench_search(
+    chunks: Annotated[int, typer.Option(min=100, help="Chunks in the searched dataset.")] = 10_000,
+    top_k: Annotated[int, typer.Option(min=1, max=100, help="Results per search.")] = 5,
+    collections: Annotated[
+        Path | None, typer.Option(help="The eval/ folder (its Debian FAQ gives text and queries).")
+    ] = None,
+    out: OutOption = None,
+) -> None:
+    """Search latency of `kops serve` over HTTP at CHUNKS chunks, per mode (real model)."""
+    root = collections or lab("eval.collections").find_root()
+    if root is None:
+        raise fail("no eval/ folder found: run this in the checkout, or give --collections")
+    figures = lab("bench.search").run_search_bench(root, chunks=chunks, top_k=top_k)
+    console.print_json(json.dumps(asdict(figures)))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(asdict(figures), indent=2))
+
+
 @bench_app.command("embedded")
 def bench_embedded(
     corpus: CorpusOption = None,
