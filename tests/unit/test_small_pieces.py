@@ -21,7 +21,7 @@ from knowledgeops.errors import (
     TransientError,
 )
 from knowledgeops.ingest.index.base import Hit, chunk_id
-from knowledgeops.ingest.index.terms import index_text, query_terms
+from knowledgeops.ingest.index.terms import coverage, index_text, query_terms, query_words
 from knowledgeops.jobs.classify import classify
 from knowledgeops.lab.embedders import HashingEmbedder
 from knowledgeops.service.search import score_fusion
@@ -115,27 +115,39 @@ def hit(chunk: str, score: float = 0.0) -> Hit:
     return Hit(chunk, "doc", 0, chunk, None, None, None, score)
 
 
-def test_score_fusion_weighs_scores_not_only_ranks() -> None:
-    # vector: a and b nearly tied; keyword: c far ahead of a. RRF would put a first (in both
-    # lists); by score, c's keyword lead outweighs a's small vector lead
+def test_score_fusion_weighs_scores_and_the_words_a_keyword_hit_holds() -> None:
+    query = "rotate etcd certificates"
     vector = [hit("a", 0.80), hit("b", 0.79), hit("c", 0.40)]
-    keyword = [hit("c", 10.0), hit("a", 1.0)]
-    fused = score_fusion(vector, keyword, vector_weight=0.5)
-    assert [h.chunk_id for h in fused] == ["c", "a", "b"]
-    assert fused[0].score == pytest.approx(0.5 * 0.40 / 0.80 + 0.5 * 1.0)
-    # b is missing from the keyword list: it counts that list's lowest normalised score
-    assert fused[2].score == pytest.approx(0.5 * 0.79 / 0.80 + 0.5 * 0.1)
-    assert score_fusion([], []) == []
-    assert [h.chunk_id for h in score_fusion(vector, [])] == ["a", "b", "c"]
+    keyword = [
+        Hit("c", "doc", 0, "rotate the etcd certificates yearly", None, None, None, 10.0),
+        Hit("a", "doc", 0, "etcd backups", None, None, None, 9.0),
+    ]
+    fused = score_fusion(query, vector, keyword, vector_weight=0.5)
+    assert [h.chunk_id for h in fused] == ["a", "c", "b"]
+    # a: the best vector (1) and one word of three: its keyword share counts (1/3)²
+    assert fused[0].score == pytest.approx(0.5 * 1.0 + 0.5 * 0.9 * (1 / 3) ** 2)
+    # c: the last vector candidate (0) but every word of the query, at the best keyword score
+    assert fused[1].score == pytest.approx(0.5 * 0.0 + 0.5 * 1.0 * 1.0**2)
+    # b is missing from the keyword list: its vector share only
+    assert fused[2].score == pytest.approx(0.5 * (0.79 - 0.40) / (0.80 - 0.40))
+    assert score_fusion(query, [], [], 0.5) == []
+    assert [h.chunk_id for h in score_fusion(query, vector, [], 0.9)] == ["a", "b", "c"]
+
+
+def test_a_keyword_hit_holding_one_word_of_the_question_does_not_outvote_the_vectors() -> None:
+    # an English question against Japanese pages: the words match "Debian" and nothing else
+    query = "How do I install Debian on a laptop"
+    vector = [hit("right", 0.62), hit("other", 0.55)]
+    keyword = [Hit("other", "doc", 0, "Debian のパッケージ", None, None, None, 3.0)]
+    assert score_fusion(query, vector, keyword, 0.5)[0].chunk_id == "right"
 
 
 def test_equal_fused_scores_keep_the_lists_order() -> None:
     vector = [hit("x", 0.5), hit("y", 0.5)]
-    keyword = [hit("y", 2.0), hit("x", 2.0)]
-    assert [h.chunk_id for h in score_fusion(vector, keyword)] == ["x", "y"]
-    assert [h.chunk_id for h in score_fusion(vector, keyword)] == ["x", "y"]  # every time
+    assert [h.chunk_id for h in score_fusion("q", vector, [], 0.5)] == ["x", "y"]
+    assert [h.chunk_id for h in score_fusion("q", vector, [], 0.5)] == ["x", "y"]  # every time
     negative = [hit("p", -0.1), hit("q", -0.3)]
-    assert [h.chunk_id for h in score_fusion(negative, [])] == ["p", "q"]
+    assert [h.chunk_id for h in score_fusion("q", negative, [], 0.5)] == ["p", "q"]
 
 
 def test_query_terms() -> None:
@@ -250,3 +262,10 @@ def test_display_names_lose_bidi_overrides_and_keep_dotfiles() -> None:
     assert display_name("invoice\u202egpj.exe.pdf") == "invoicegpj.exe.pdf"
     assert display_name(".txt") == ".txt"
     assert display_name("zero\u200bwidth.md") == "zerowidth.md"
+
+
+def test_query_words_and_how_much_of_them_a_text_holds() -> None:
+    assert query_words("任务状态 retry") == ["任务", "状态", "retry"]  # no Japanese bigrams
+    assert coverage(["worker", "崩溃", "恢复"], "worker 进程崩溃后由心跳检测恢复") == 1.0
+    assert coverage(["install", "debian", "laptop"], "Debian のパッケージ") == pytest.approx(1 / 3)
+    assert coverage([], "anything") == 0.0

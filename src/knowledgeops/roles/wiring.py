@@ -96,6 +96,14 @@ def make_model(settings: Settings) -> Embedder:
     return LocalMiniLM(threads=settings.model_threads)
 
 
+# Hybrid search's weight of each model's vectors, chosen with `kops eval` on the dev split of
+# the Debian FAQ collections (docs/search-quality.md): all-MiniLM-L6-v2 reads Chinese,
+# Japanese and Korean as unknown tokens, so its vectors count for less; e5's are right more
+# often than the words in every language, and across languages.
+MINILM_VECTOR_WEIGHT = 0.4
+E5_VECTOR_WEIGHT = 0.9
+
+
 def catalogue(settings: Settings) -> dict[str, ModelSpec]:
     """The models datasets may choose from, by the id a dataset records: the local models
     (all-MiniLM-L6-v2 as shipped and, where ONNX Runtime is installed, its int8 build;
@@ -112,6 +120,7 @@ def catalogue(settings: Settings) -> dict[str, ModelSpec]:
             "English; about 15 chunks/s on 2 cores",
             lambda: LocalMiniLM(threads=settings.model_threads),
             minilm_tokenizer,
+            vector_weight=MINILM_VECTOR_WEIGHT,
         )
     ]
     specs.append(
@@ -124,6 +133,7 @@ def catalogue(settings: Settings) -> dict[str, ModelSpec]:
             "another; slower than all-MiniLM-L6-v2",
             lambda: MultilingualE5(threads=settings.model_threads),
             minilm_tokenizer,  # chunks counted in MiniLM's tokens: see ingest/embedders/e5.py
+            vector_weight=E5_VECTOR_WEIGHT,
         )
     )
     if int8_available() or settings.model_variant == "int8":  # (it says what to install)
@@ -135,6 +145,7 @@ def catalogue(settings: Settings) -> dict[str, ModelSpec]:
                 "all-MiniLM-L6-v2 quantised to int8 (ONNX Runtime); English; 1.3-2x faster",
                 lambda: OnnxMiniLM(settings.data_dir / "models", threads=settings.model_threads),
                 minilm_tokenizer,
+                vector_weight=MINILM_VECTOR_WEIGHT,
             )
         )
     if settings.embedder == "openai":

@@ -16,10 +16,10 @@ from knowledgeops.ingest.embedders.base import Vectors
 from knowledgeops.ingest.embedders.models import Models
 from knowledgeops.ingest.index.base import ChunkIndex, Hit
 from knowledgeops.ingest.index.filters import SearchFilter
+from knowledgeops.ingest.index.terms import coverage, query_words
 from knowledgeops.service.datasets import Datasets, owned_datasets
 from knowledgeops.service.views import SearchHit
 
-VECTOR_WEIGHT = 0.5  # of the vector ranking's normalised score in hybrid (kops eval: see below)
 CANDIDATES_PER_TOP_K = 4  # each list contributes this many candidates per wanted result
 MIN_CANDIDATES = 40
 
@@ -30,45 +30,52 @@ class SearchMode(StrEnum):
     KEYWORD = "keyword"
 
 
-def _normalised(hits: Sequence[Hit]) -> dict[str, float]:
-    """Each hit's score over the list's best (1.0 for the best); min-max when the best is not
-    above zero (a cosine can be negative)."""
+def _spread(hits: Sequence[Hit]) -> dict[str, float]:
+    """Vector scores min-max scaled over the candidates (the best 1, the last 0): cosines of one
+    query sit close together, and only their order and spacing say anything."""
     if not hits:
         return {}
     best = max(hit.score for hit in hits)
-    if best > 0:
-        return {hit.chunk_id: hit.score / best for hit in hits}
     worst = min(hit.score for hit in hits)
     span = (best - worst) or 1.0
     return {hit.chunk_id: (hit.score - worst) / span for hit in hits}
 
 
+def _over_best(hits: Sequence[Hit]) -> dict[str, float]:
+    """Keyword scores over the best (BM25 and ts_rank_cd have no fixed scale)."""
+    if not hits:
+        return {}
+    best = max(hit.score for hit in hits) or 1.0
+    return {hit.chunk_id: hit.score / best for hit in hits}
+
+
 def score_fusion(
-    vector: Sequence[Hit], keyword: Sequence[Hit], vector_weight: float = VECTOR_WEIGHT
+    query: str, vector: Sequence[Hit], keyword: Sequence[Hit], vector_weight: float
 ) -> list[Hit]:
-    """Fuse the two rankings by their scores: each list's scores divided by its best, then
-    weighted and summed; a chunk missing from a list counts that list's lowest normalised
-    score (it ranked below every candidate shown). A strong ranking is not dragged down by a
-    weak one as with reciprocal-rank fusion, whose equal votes per rank ignore how far apart
-    the scores are: on the Debian FAQ (`kops eval`), RRF lost to the better single mode on every
-    collection (Chinese 0.60 against keyword's 0.90), this fusion beat it on all but one.
-    Equal scores keep the order the lists gave (the better rank first, vector before keyword),
-    so the same lists always fuse into the same order."""
-    weights = (vector_weight, 1.0 - vector_weight)
+    """Fuse the two rankings by their scores: w·v + (1 − w)·k·c², where v is the vector score
+    scaled over the candidates, k the keyword score over the best, and c the share of the
+    query's words the chunk holds (terms.coverage); a chunk missing from a list gets nothing
+    from it. The coverage keeps a keyword ranking that matched one word of the question (an
+    English question against Japanese pages matches "Debian" and little else) from outvoting
+    the vectors; the weight is the model's (ModelSpec.vector_weight), chosen on the dev split
+    of `kops eval`'s collections (docs/search-quality.md). Reciprocal-rank fusion, which it
+    replaces, gives every list equal votes per rank whatever the scores: it lost to the better
+    single mode on every collection. Equal scores keep the order the lists gave (the better
+    rank first, vector before keyword), so the same lists always fuse into the same order."""
+    spread, over_best = _spread(vector), _over_best(keyword)
+    words = query_words(query)
     scores: dict[str, float] = {}
     first_seen: dict[str, Hit] = {}
     best: dict[str, tuple[int, int]] = {}
-    normalised = [_normalised(vector), _normalised(keyword)]
-    floors = [min(n.values(), default=0.0) for n in normalised]
     for position, ranking in enumerate((vector, keyword)):
         for rank, hit in enumerate(ranking, start=1):
             first_seen.setdefault(hit.chunk_id, hit)
             best[hit.chunk_id] = min(best.get(hit.chunk_id, (rank, position)), (rank, position))
-    for chunk_id in first_seen:
-        scores[chunk_id] = sum(
-            weight * found.get(chunk_id, floor)
-            for weight, found, floor in zip(weights, normalised, floors, strict=True)
-        )
+    for hit in keyword:
+        share = coverage(words, hit.text)
+        scores[hit.chunk_id] = (1.0 - vector_weight) * over_best[hit.chunk_id] * share * share
+    for hit in vector:
+        scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + vector_weight * spread[hit.chunk_id]
     fused = sorted(scores, key=lambda chunk_id: (-scores[chunk_id], best[chunk_id]))
     return [_rescored(first_seen[chunk_id], scores[chunk_id]) for chunk_id in fused]
 
@@ -106,8 +113,10 @@ class Search:
         else:
             wanted = max(top_k * CANDIDATES_PER_TOP_K, MIN_CANDIDATES)
             hits = score_fusion(
+                query,
                 self.index.search_vector(dataset_id, self._vector(query, model), wanted, where),
                 self.index.search_keyword(dataset_id, query, wanted, where),
+                self.models.fusion_weight(model),
             )[:top_k]
         return self._with_names(tenant, dataset_id, hits)
 

@@ -30,6 +30,9 @@ class ModelSpec:
     summary: str  # languages and speed, for people choosing
     make: Callable[[], Embedder]
     tokenizer: Callable[[], Tokenizer]
+    # the vector ranking's weight when hybrid search fuses it with the keyword ranking: how far
+    # this model's vectors are to be trusted (service/search.py, docs/search-quality.md)
+    vector_weight: float = 0.5
 
 
 class UnknownModel(InvalidField):
@@ -94,6 +97,12 @@ class Models:
 
     def for_queries(self, name: str) -> Embedder:
         return self.embedder(name).for_queries()
+
+    def fusion_weight(self, name: str) -> float:
+        """The model's vector weight in hybrid search (0.5 for a model this process does not
+        run: a dataset of a model since removed is still searched by words)."""
+        spec = self.specs.get(name)
+        return spec.vector_weight if spec is not None else 0.5
 
     def tokenizer(self, name: str) -> Tokenizer:
         spec = self.spec(name)

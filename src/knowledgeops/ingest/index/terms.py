@@ -33,6 +33,7 @@ _CJK = _HAN + _KANA + _HANGUL
 _CJK_RUN = re.compile(f"[{_CJK}]+")
 _HAS_KANA = re.compile(f"[{_KANA}]")
 _HAN_ONLY = re.compile(f"[{_HAN}]+")
+_WORD = re.compile(r"\w+")
 _TERM = re.compile(f"[{_CJK}]+|[^\\W{_CJK}]+")  # a CJK run, or a run of other word characters
 
 
@@ -88,9 +89,19 @@ STOPWORDS = frozenset(
 )
 
 
+def query_words(query: str) -> list[str]:
+    """The query's own words, lower-cased, function words dropped (unless nothing else is
+    left), each once, in the query's order: what a chunk answering it would hold."""
+    return _content(_terms(query, expand=False))
+
+
 def query_terms(query: str) -> list[str]:
-    """Terms of a free-text query, lower-cased, function words dropped (unless nothing else is
-    left), each once, in the query's order."""
+    """The terms a keyword search asks the index for: the query's words and, for a Han-only
+    run, the bigrams a Japanese text would hold of it."""
+    return _content(_terms(query, expand=True))
+
+
+def _terms(query: str, *, expand: bool) -> list[str]:
     terms: list[str] = []
     lowered = query.lower()
     japanese = _HAS_KANA.search(lowered) is not None
@@ -100,8 +111,20 @@ def query_terms(query: str) -> list[str]:
             terms.append(term)
             continue
         terms.extend(_run_terms(term, japanese=japanese))
-        if not japanese and _HAN_ONLY.fullmatch(term):
+        if expand and not japanese and _HAN_ONLY.fullmatch(term):
             terms.extend(_bigrams(term))  # the same words in a Japanese text
+    return terms
+
+
+def _content(terms: list[str]) -> list[str]:
     unique = list(dict.fromkeys(terms))
     content = [term for term in unique if term not in STOPWORDS]
     return content or unique
+
+
+def coverage(words: list[str], text: str) -> float:
+    """The share of `words` (query_words) that `text` holds as terms."""
+    if not words:
+        return 0.0
+    held = set(_WORD.findall(index_text(text).lower()))
+    return sum(1 for word in words if word in held) / len(words)
