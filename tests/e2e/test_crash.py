@@ -203,7 +203,7 @@ def check_database(path: Path, chunk_counts: dict[str, int]) -> None:
         ).fetchone()
         assert vectors == (total, total), vectors
         assert conn.execute("SELECT count(*) FROM chunk_vectors_384").fetchone()[0] == total
-        fts = conn.execute("SELECT count(*) FROM chunk_fts").fetchone()[0]
+        fts = conn.execute("SELECT count(*) FROM chunk_fts_v2").fetchone()[0]
         assert fts == total, fts
         statuses = conn.execute("SELECT status, count(*) FROM ingest_jobs GROUP BY 1").fetchall()
         assert statuses == [("completed", len(chunk_counts))], statuses

@@ -143,6 +143,15 @@ class ReindexAccepted(Camel):
 
 
 MetadataValue = str | int | float | bool | None
+MetadataKey = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+
+
+def _only_named_keys(schema: dict[str, Any]) -> None:
+    """A key that does not match the key pattern is not allowed (pydantic writes the pattern
+    as patternProperties, which on its own lets other keys through)."""
+    for option in schema.get("anyOf", [schema]):
+        if option.get("type") == "object":
+            option["additionalProperties"] = False
 
 
 class MetadataIn(BaseModel):
@@ -158,9 +167,10 @@ class SearchFilterIn(Camel):
         None, max_length=1000
     )
     file_types: list[Literal["pdf", "docx", "html", "md", "txt"]] | None = Field(None, min_length=1)
-    metadata: dict[str, MetadataValue | MetadataIn] | None = Field(
+    metadata: dict[MetadataKey, MetadataValue | MetadataIn] | None = Field(
         None,
         max_length=32,
+        json_schema_extra=_only_named_keys,
         description='Each key equal to a value ({"team": "infra"}) or to one of some '
         '({"year": {"in": [2024, 2025]}}).',
     )
