@@ -8,6 +8,7 @@ import pytest
 
 from knowledgeops.db.engine import Database
 from knowledgeops.errors import SettingsError
+from knowledgeops.ingest.embedders.e5 import E5_MODEL_ID
 from knowledgeops.ingest.embedders.local import MODEL_ID
 from knowledgeops.ingest.embedders.models import UnknownModel
 from knowledgeops.ingest.embedders.onnx_int8 import INT8_MODEL_ID
@@ -52,3 +53,12 @@ def test_a_given_embedder_is_the_only_model(tmp_path: Path, sqlite_db: Database)
     models = wiring.make_models(settings(tmp_path), sqlite_db, HashingEmbedder(dimension=32))
     assert models.names == [HashingEmbedder.model_id]
     assert models.embedder(models.default).dimension == 32
+
+
+def test_only_models_of_the_index_dimension_can_be_chosen(
+    tmp_path: Path, sqlite_db: Database
+) -> None:
+    provider = settings(tmp_path, embedder="openai", openai_dimensions=1536, openai_api_key="k")
+    models = wiring.make_models(provider, sqlite_db)
+    assert models.names == ["text-embedding-3-small"]  # the local 384-dimension ones are not
+    assert E5_MODEL_ID in wiring.make_models(settings(tmp_path), sqlite_db).names

@@ -189,7 +189,10 @@ def make_models(
             f"KOPS_EMBEDDING_MODEL={default!r} is not a model this deployment can run; the "
             "models are " + ", ".join(sorted(specs))
         )
-    return Models(specs, default, wrap)
+    # one index per deployment, of the default model's dimension: only models of that
+    # dimension can be chosen (a provider's 1536-dimension model rules out the local ones)
+    dimension = specs[default].dimension
+    return Models({k: v for k, v in specs.items() if v.dimension == dimension}, default, wrap)
 
 
 def make_embedder(
