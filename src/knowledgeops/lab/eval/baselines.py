@@ -81,7 +81,7 @@ def llamaindex(documents: Sequence[Path], embedder: Embedder, tokenizer: Tokeniz
 
     queries = embedder.for_queries()
 
-    class SameModel(BaseEmbedding):
+    class SameModel(BaseEmbedding):  # type: ignore[misc, unused-ignore]  # Any without the bench extra
         """The service's embedding model, as LlamaIndex calls a model."""
 
         def _get_text_embedding(self, text: str) -> list[float]:
