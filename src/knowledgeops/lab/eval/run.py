@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -298,7 +297,3 @@ def render(report: EvalReport) -> str:
 
 def write_json(report: EvalReport, out: Path) -> None:
     out.write_text(json.dumps(asdict(report), indent=2, ensure_ascii=False) + "\n", "utf-8")
-
-
-def as_dict(report: EvalReport) -> dict[str, Any]:
-    return asdict(report)
