@@ -87,6 +87,12 @@ def postgres_db(postgres_template: str) -> Iterator[Database]:
     yield from _database_from_template(POSTGRES_URL, postgres_template)
 
 
+@pytest.fixture
+def postgres_empty_db(postgres_template: str) -> Iterator[Database]:
+    """A fresh PostgreSQL database with no table at all (for migrating step by step)."""
+    yield from _database_from_template(POSTGRES_URL, "template0")
+
+
 @pytest.fixture(scope="session")
 def pgvector_server() -> Iterator[LocalPostgres]:
     """PostgreSQL 16 with pgvector from the pgserver package, on a free port, for this session

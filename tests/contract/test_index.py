@@ -47,14 +47,17 @@ class Harness:
         dataset_id: str,
         content_type: str = "text/plain",
         meta: dict[str, Any] | None = None,
+        model: str | None = None,
     ) -> str:
         if self.db is None:
             document_id = str(uuid.uuid4())
             assert isinstance(self.index, MemoryIndex)
-            self.index.describe(document_id, content_type, meta or {})
+            self.index.describe(document_id, content_type, meta or {}, model)
             return document_id
         with self.db.write() as conn:
-            return insert_document(conn, dataset_id, content_type=content_type, meta=meta)
+            return insert_document(
+                conn, dataset_id, content_type=content_type, meta=meta, embedding_model=model
+            )
 
     def write(
         self, dataset_id: str, document_id: str, generation: int, texts: list[str], base: int = 0
@@ -398,6 +401,30 @@ def test_a_filter_is_applied_inside_the_search_so_top_k_counts_only_what_passes(
         assert harness.texts(ds, "cargo", k=5, where=where) == [], where
         assert harness.texts(ds, "cargo", "keyword", k=5, where=where) == [], where
     assert len(harness.texts(ds, "cargo", k=10, where=SearchFilter())) == 5  # empty: no filter
+
+
+def test_a_model_filter_keeps_each_models_vectors_to_its_own_documents(harness: Harness) -> None:
+    """While a re-embed is on its way, search asks for each model's documents apart: a query
+    vector of one model must never be compared with another model's vectors."""
+    ds = harness.dataset()
+    on_a = [harness.document(ds, model="model-a") for _ in range(3)]
+    on_b = harness.document(ds, model="model-b")
+    for n, doc in enumerate(on_a):
+        harness.write(ds, doc, 1, [f"cargo build crates number {n}"])
+        harness.activate(doc, 1)
+    harness.write(ds, on_b, 1, ["cargo fetches dependencies"])
+    harness.activate(on_b, 1)
+    only_b = SearchFilter(models=("model-b",))
+    assert not only_b.empty
+    assert harness.texts(ds, "cargo build crates", k=5, where=only_b) == [
+        "cargo fetches dependencies"
+    ]
+    assert harness.texts(ds, "cargo", "keyword", k=5, where=only_b) == [
+        "cargo fetches dependencies"
+    ]
+    only_a = harness.texts(ds, "cargo", k=5, where=SearchFilter(models=("model-a",)))
+    assert sorted(only_a) == [f"cargo build crates number {n}" for n in range(3)]
+    assert harness.texts(ds, "cargo", k=5, where=SearchFilter(models=())) == []
 
 
 def test_equal_scores_come_back_in_one_stable_order(harness: Harness) -> None:

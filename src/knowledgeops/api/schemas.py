@@ -47,11 +47,18 @@ class UploadAccepted(Camel):
 
 class JobPublic(Camel):
     id: str
-    kind: str
+    kind: str = Field(
+        description="ingest (an upload), reindex, or reembed (a dataset's new model: "
+        "PATCH /datasets/{id})"
+    )
     status: str
     stage: str
-    file_name: str
-    file_size: int
+    file_name: str | None = Field(description="The document's; null for a dataset's job.")
+    file_size: int | None
+    unit: Literal["chunks", "documents"] = Field(
+        description="What totalChunks and processedChunks count: a document's chunks, or for "
+        "a re-embed the dataset's documents."
+    )
     total_chunks: int | None
     processed_chunks: int
     error: str | None
@@ -67,7 +74,7 @@ class JobPublic(Camel):
     finished_at: datetime | None
     created_at: datetime
     updated_at: datetime
-    document_id: str
+    document_id: str | None = Field(description="Null for a job on a whole dataset (reembed).")
     dataset_id: str
 
 
@@ -83,7 +90,7 @@ class DatasetCreate(Camel):
         None,
         max_length=200,
         description="The model that embeds the dataset's chunks and queries, one of GET /models "
-        "(default: the deployment's). A dataset keeps its model.",
+        "(default: the deployment's). PATCH changes it.",
     )
 
 
@@ -93,6 +100,14 @@ class DatasetUpdate(Camel):
     description: str | None = Field(None, max_length=10_000)
     chunk_size: Count | None = Field(None, ge=16, le=8190)
     chunk_overlap: Count | None = Field(None, ge=0, le=4094)
+    embedding_model: str | None = Field(
+        None,
+        max_length=200,
+        description="A new model, one of GET /models: uploads from now on are embedded by it, "
+        "and a re-embed job (reembedJobId) takes the searchable documents to it while search "
+        "goes on answering from each document's current vectors. 409 while a job of the "
+        "dataset is pending or running.",
+    )
 
 
 class ModelPublic(Camel):
@@ -113,6 +128,11 @@ class DatasetPublic(Camel):
     is_default: bool
     document_count: int
     chunk_count: int
+    document_models: dict[str, int] = Field(
+        description="Searchable documents by the model that embedded them: one model, but "
+        "while a re-embed is on its way."
+    )
+    reembed_job_id: str | None = Field(description="The dataset's latest re-embed job.")
     created_at: datetime
     updated_at: datetime
 

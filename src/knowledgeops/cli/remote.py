@@ -112,7 +112,7 @@ def _follow(
                 del open_jobs[job_id]
                 if job["status"] != "completed":
                     failures.append(
-                        f"{job['fileName']}: {job['status']}: {job['error']} "
+                        f"{job['fileName'] or job['kind']}: {job['status']}: {job['error']} "
                         f"[{job['errorCategory'] or job['errorCode']}] (job {job_id})"
                     )
         if open_jobs and time.monotonic() > deadline:
@@ -208,11 +208,13 @@ def jobs(
         total = job["totalChunks"] if job["totalChunks"] is not None else "?"
         state = job["status"] if job["status"] in TERMINAL else f"{job['status']} ({job['stage']})"
         error = _shorten(job["error"] or "", 120)
+        name = job["fileName"] if job["fileName"] is not None else f"(dataset: {job['kind']})"
+        unit = " docs" if job.get("unit") == "documents" else ""
         cells = [
             job["id"],
-            escape(job["fileName"]),
+            escape(name),
             state,
-            f"{job['processedChunks']}/{total}",
+            f"{job['processedChunks']}/{total}{unit}",
             f"{job['attempt']}/{job['maxAttempts']}",
         ]
         if wide:

@@ -86,6 +86,7 @@ class Document(Timestamps, Base):
     __table_args__ = (
         UniqueConstraint("dataset_id", "sha256"),
         Index(None, "dataset_id", "status"),
+        Index(None, "dataset_id", "embedding_model"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -100,6 +101,9 @@ class Document(Timestamps, Base):
     latest_generation: Mapped[int] = mapped_column(Integer, default=1)
     chunk_count: Mapped[int] = mapped_column(Integer, default=0)
     page_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # the model that embedded the searchable generation (None while there is none); it differs
+    # from the dataset's while a re-embed is on its way (ingest/reembed.py)
+    embedding_model: Mapped[str | None] = mapped_column(String(200), nullable=True)
     # metadata given at upload: a JSON object of scalars (search filters on it; jsonb on PG)
     meta: Mapped[dict[str, Any]] = mapped_column(
         JSON().with_variant(JSONB(), "postgresql"), default=dict, server_default="{}"
@@ -116,7 +120,10 @@ class IngestJob(Timestamps, Base):
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
-    document_id: Mapped[str] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"))
+    # None for a job on a whole dataset (kind "reembed")
+    document_id: Mapped[str | None] = mapped_column(
+        ForeignKey("documents.id", ondelete="CASCADE"), nullable=True
+    )
     dataset_id: Mapped[str] = mapped_column(String(36))
     kind: Mapped[str] = mapped_column(String(20), default="ingest")
     # a part of a job split for parallel work (kind "part"); hidden from users, who see the parent

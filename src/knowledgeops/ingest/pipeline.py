@@ -11,6 +11,9 @@ its job hands page ranges to part jobs that any worker runs, each writing its pa
 into the job's generation with ordinals from its own base (so ids stay stable and distinct); the
 last part to complete makes the generation searchable, all at once. Chunks do not span two
 parts.
+
+A job of the other kind, "reembed", embeds a whole dataset again with its new model
+(reembed.py).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from sqlalchemy import select, update
 from knowledgeops.db.blobs import LocalBlobStore
 from knowledgeops.db.engine import Database, Tx
 from knowledgeops.db.schema import datasets, documents
-from knowledgeops.errors import PermanentError
+from knowledgeops.errors import PermanentError, TransientError
 from knowledgeops.ingest import pdf_parts
 from knowledgeops.ingest.chunker import ChunkDraft
 from knowledgeops.ingest.embedders.base import Embedder
@@ -37,6 +40,8 @@ from knowledgeops.ingest.parsers.base import ContentType
 from knowledgeops.ingest.parsers.isolated import InlineParsing, Parsing
 from knowledgeops.ingest.parsers.limits import DEFAULT_LIMITS, ParseLimits
 from knowledgeops.ingest.prepare import ChunkSpec, ChunkStream
+from knowledgeops.ingest.reembed import REEMBED_KIND, Reembedder
+from knowledgeops.jobs.model import Job
 from knowledgeops.jobs.parts import PART_KIND
 from knowledgeops.jobs.runner import JobContext
 from knowledgeops.jobs.states import Stage
@@ -68,19 +73,25 @@ class IngestPipeline:
     window: int = WINDOW  # at least one batch
     part_pages: int = 0  # a PDF of more pages is split into parts of this many (0: never)
 
+    reembed: Reembedder = field(init=False)  # the other kind of job: a dataset's new model
+
     def __post_init__(self) -> None:
         self.window = max(self.window, self.batch_size)
+        self.reembed = Reembedder(self.db, self.index, self.models, self.batch_size)
 
     @property
     def limits(self) -> ParseLimits:
         return self.parsing.limits
 
     def __call__(self, ctx: JobContext) -> None:
+        if ctx.job.kind == REEMBED_KIND:
+            self.reembed(ctx)
+            return
         if ctx.job.kind == PART_KIND:
             self._run_part(ctx)
             return
         ctx.report(stage=Stage.PARSING)
-        source = self._source(ctx.job.document_id)
+        source = self._source(_document(ctx.job))
         path = self._stored(source)
         if self._split(ctx, source, path):
             return
@@ -97,7 +108,12 @@ class IngestPipeline:
                 code="no_text",
             )
         pages = stream.pages
-        ctx.report(stage=Stage.INDEXING, work=lambda tx: self._record_pages(tx, ctx, pages))
+
+        def finish(tx: Tx) -> None:
+            _check_model(tx, ctx.job.dataset_id, source.model)
+            self._record_pages(tx, ctx, pages)
+
+        ctx.report(stage=Stage.INDEXING, work=finish)
 
     def _stored(self, source: _Source) -> Any:
         path = self.blobs.path(source.blob_key)
@@ -136,7 +152,7 @@ class IngestPipeline:
         if plans is None:
             log.warning("job %s: its parts' chunks would not fit 32-bit ordinals", ctx.job.id)
             return False
-        document_id = ctx.job.document_id
+        document_id = _document(ctx.job)
 
         def record(tx: Tx, ids: list[str]) -> None:
             pdf_parts.record(tx, ids, plans)
@@ -156,13 +172,14 @@ class IngestPipeline:
         first; and the document's chunk limit counts the chunks of all its parts."""
         part = pdf_parts.load(self.db, ctx.job.id)
         job = ctx.job
+        document_id = _document(job)
         ordinals = (part.ordinal_base, part.ordinal_base + part.max_chunks)
         ctx.report(
             stage=Stage.PARSING,
-            work=lambda tx: self.index.discard(tx, job.document_id, job.generation, ordinals),
+            work=lambda tx: self.index.discard(tx, document_id, job.generation, ordinals),
         )
         source = dataclasses.replace(
-            self._source(ctx.job.document_id),
+            self._source(document_id),
             chunk_size=part.chunk_size,
             chunk_overlap=part.chunk_overlap,
         )
@@ -173,7 +190,12 @@ class IngestPipeline:
             total = self._embed_and_index(
                 ctx, _announce(stream, ctx), source.model, base=part.ordinal_base
             )
-        ctx.report(stage=Stage.INDEXING, total=total, processed=total)
+        ctx.report(
+            stage=Stage.INDEXING,
+            total=total,
+            processed=total,
+            work=lambda tx: _check_model(tx, job.dataset_id, source.model),
+        )
 
     def _stream(self, path: Any, source: _Source, spec: ChunkSpec) -> ChunkStream:
         tokenizer = self.models.tokenizer(source.model)
@@ -268,10 +290,11 @@ class IngestPipeline:
     @staticmethod
     def _indexed(ctx: JobContext, draft: ChunkDraft, vector: Any, base: int) -> IndexedChunk:
         job = ctx.job
+        document_id = _document(job)
         ordinal = base + draft.ordinal
         return IndexedChunk(
-            id=chunk_id(job.document_id, job.generation, ordinal),
-            document_id=job.document_id,
+            id=chunk_id(document_id, job.generation, ordinal),
+            document_id=document_id,
             dataset_id=job.dataset_id,
             generation=job.generation,
             ordinal=ordinal,
@@ -292,6 +315,25 @@ class IngestPipeline:
                 .where(documents.c.id == ctx.job.document_id)
                 .values(page_count=pages)
             )
+
+
+def _document(job: Job) -> str:
+    if job.document_id is None:
+        raise PermanentError(f"a {job.kind} job names no document", code="internal_error")
+    return job.document_id
+
+
+def _check_model(tx: Tx, dataset_id: str, used: str) -> None:
+    """Before the generation is complete: the dataset's model is still the one that embedded
+    it (a model changed meanwhile makes the job embed again with the new one, never record old
+    vectors under the new model's name)."""
+    current = tx.scalar(select(datasets.c.embedding_model).where(datasets.c.id == dataset_id))
+    if current is not None and current != used:
+        raise TransientError(
+            f"the dataset's embedding model changed to {current} while this document was "
+            "embedded; it is embedded again with the new model",
+            code="model_changed",
+        )
 
 
 @dataclass(slots=True)

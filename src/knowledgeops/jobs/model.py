@@ -11,7 +11,7 @@ from knowledgeops.jobs.states import JobStatus, Stage
 @dataclass(frozen=True, slots=True)
 class NewJob:
     id: str
-    document_id: str
+    document_id: str | None  # None: a job on a whole dataset (e.g. a re-embed)
     dataset_id: str
     generation: int
     max_attempts: int
@@ -51,7 +51,7 @@ class NewJob:
 @dataclass(frozen=True, slots=True)
 class Job:
     id: str
-    document_id: str
+    document_id: str | None
     dataset_id: str
     kind: str
     generation: int

@@ -24,10 +24,18 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 
 
 class HashingEmbedder(Embedder):
+    """`model_id` and `salt` make another "model": the same kind of vectors, hashed otherwise
+    (a dataset changing its model, in tests)."""
+
     model_id = "test/hashing-embedder"
 
-    def __init__(self, dimension: int = 384) -> None:
+    def __init__(
+        self, dimension: int = 384, *, model_id: str | None = None, salt: str = ""
+    ) -> None:
         self.dimension = dimension
+        if model_id is not None:
+            self.model_id = model_id
+        self.salt = salt
         self.calls = 0
         self.texts = 0
         self.batch_sizes: list[int] = []
@@ -36,7 +44,7 @@ class HashingEmbedder(Embedder):
     def vector(self, text: str) -> Vectors:
         v = np.zeros(self.dimension, dtype=np.float32)
         for word in _WORD.findall(text.lower()):
-            digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+            digest = hashlib.blake2b((self.salt + word).encode(), digest_size=8).digest()
             index = int.from_bytes(digest[:4], "little") % self.dimension
             v[index] += 1.0 if digest[4] & 1 else -1.0
         norm = float(np.linalg.norm(v))

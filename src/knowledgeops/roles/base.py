@@ -5,7 +5,7 @@ store."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from knowledgeops.clock import Clock, utcnow
 from knowledgeops.db.blobs import LocalBlobStore
@@ -48,7 +48,7 @@ class DataRole(Role):
         self,
         settings: Settings,
         *,
-        embedder: Embedder | None = None,
+        embedder: Embedder | Sequence[Embedder] | None = None,
         nice: int = 0,
         clock: Clock = utcnow,
     ) -> None:

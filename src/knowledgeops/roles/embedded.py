@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Sequence
 
 from fastapi import FastAPI
 
@@ -32,7 +33,11 @@ log = logging.getLogger(__name__)
 
 class EmbeddedRole(DataRole):
     def __init__(
-        self, settings: Settings, *, embedder: Embedder | None = None, clock: Clock = utcnow
+        self,
+        settings: Settings,
+        *,
+        embedder: Embedder | Sequence[Embedder] | None = None,
+        clock: Clock = utcnow,
     ) -> None:
         # the workers share this process with the API: they run below it (KOPS_WORKER_NICE)
         super().__init__(settings, embedder=embedder, nice=settings.worker_nice, clock=clock)
@@ -120,7 +125,7 @@ class EmbeddedRole(DataRole):
         return checks
 
 
-def serve(settings: Settings, embedder: Embedder | None = None) -> None:
+def serve(settings: Settings, embedder: Embedder | Sequence[Embedder] | None = None) -> None:
     """Run `kops serve` with these settings until it is stopped (SIGINT, SIGTERM); `embedder`
     replaces the configured model (`kops bench`'s null embedder only). Raises DataDirLocked
     before anything starts when another process holds the data folder."""

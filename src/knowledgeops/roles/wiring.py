@@ -8,7 +8,7 @@ thread and the embedding cache), a parser (in a child process or inline) and the
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from knowledgeops.clock import Clock, utcnow
 from knowledgeops.db.blobs import LocalBlobStore
@@ -172,16 +172,24 @@ def default_model(settings: Settings) -> str:
 
 
 def make_models(
-    settings: Settings, db: Database, embedder: Embedder | None = None, *, nice: int = 0
+    settings: Settings,
+    db: Database,
+    embedder: Embedder | Sequence[Embedder] | None = None,
+    *,
+    nice: int = 0,
 ) -> Models:
     """The catalogue, each model behind its model thread and the embedding cache (`wrap`); with
-    `embedder` (tests, benchmarks), a catalogue of that one model."""
+    `embedder` (tests, benchmarks), a catalogue of that one model (or of those, the first the
+    default)."""
 
     def wrap(model: Embedder) -> Embedder:
         return make_embedder(settings, db, model, nice=nice)
 
     if embedder is not None:
-        return Models.only(wrap(embedder), lambda: HFTokenizer(load_tokenizer()), MODEL_MAX_TOKENS)
+        given = [embedder] if isinstance(embedder, Embedder) else list(embedder)
+        return Models.of(
+            [wrap(e) for e in given], lambda: HFTokenizer(load_tokenizer()), MODEL_MAX_TOKENS
+        )
     specs = catalogue(settings)
     default = default_model(settings)
     if default not in specs:
@@ -286,7 +294,9 @@ def make_knowledge_base(
     `notify` is called after a transaction wrote an outbox row (it wakes an in-process relay)."""
     attempts = settings.max_attempts
     defaults = DatasetDefaults(settings.chunk_size, settings.chunk_overlap)
-    datasets = Datasets(db, index, blobs, defaults, models)
+    datasets = Datasets(
+        db, index, blobs, defaults, models, store, max_attempts=attempts, notify=notify
+    )
     jobs = Jobs(db, store, retry_attempts=attempts, notify=notify)
     return KnowledgeBase(
         datasets=datasets,

@@ -7,7 +7,8 @@ dataset id answers "not found", exactly like an id that does not exist.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from sqlalchemy import Connection, func, insert, select, text, update
@@ -20,6 +21,10 @@ from knowledgeops.db.schema import datasets, documents, ingest_jobs
 from knowledgeops.errors import Conflict, InvalidField, InvalidRequest, NotFound
 from knowledgeops.ingest.embedders.models import Models
 from knowledgeops.ingest.index.base import ChunkIndex
+from knowledgeops.ingest.reembed import REEMBED_KIND
+from knowledgeops.jobs.model import NewJob
+from knowledgeops.jobs.states import OPEN
+from knowledgeops.jobs.store import JobStore
 from knowledgeops.service.blob_refs import unlink_unreferenced
 from knowledgeops.service.views import DatasetView, Page, from_row
 from knowledgeops.settings import MODEL_MAX_TOKENS
@@ -60,6 +65,10 @@ class Datasets:
     blobs: LocalBlobStore
     defaults: DatasetDefaults
     models: Models  # the models a dataset may be created with, and the default
+    store: JobStore  # a model change adds a re-embed job (ingest/reembed.py)
+    _: KW_ONLY
+    max_attempts: int
+    notify: Callable[[], None]  # after a transaction wrote an outbox row
 
     def _select(self, tenant: str) -> Any:
         docs = (
@@ -71,27 +80,51 @@ class Datasets:
             .group_by(documents.c.dataset_id)
             .subquery()
         )
+        reembed = (
+            select(ingest_jobs.c.id)
+            .where(ingest_jobs.c.dataset_id == datasets.c.id, ingest_jobs.c.kind == REEMBED_KIND)
+            .order_by(ingest_jobs.c.created_at.desc(), ingest_jobs.c.id)
+            .limit(1)
+            .scalar_subquery()
+        )
         return (
             select(
                 datasets,
                 func.coalesce(docs.c.n, 0).label("document_count"),
                 func.coalesce(docs.c.chunks, 0).label("chunk_count"),
+                reembed.label("reembed_job_id"),
             )
             .outerjoin(docs, docs.c.dataset_id == datasets.c.id)
             .where(datasets.c.tenant_id == tenant)
         )
 
     @staticmethod
-    def _view(row: Any) -> DatasetView:
-        m = row._mapping
-        counts = {"document_count": int(m["document_count"]), "chunk_count": int(m["chunk_count"])}
-        return from_row(DatasetView, row, **counts)
+    def _views(conn: Connection, rows: Sequence[Any]) -> list[DatasetView]:
+        ids = [row._mapping["id"] for row in rows]
+        held: dict[str, dict[str, int]] = {dataset_id: {} for dataset_id in ids}
+        if ids:
+            for dataset_id, model, n in conn.execute(
+                select(documents.c.dataset_id, documents.c.embedding_model, func.count())
+                .where(documents.c.dataset_id.in_(ids), documents.c.embedding_model.is_not(None))
+                .group_by(documents.c.dataset_id, documents.c.embedding_model)
+            ):
+                held[dataset_id][model] = int(n)
+        views = []
+        for row in rows:
+            m = row._mapping
+            computed = {
+                "document_count": int(m["document_count"]),
+                "chunk_count": int(m["chunk_count"]),
+                "document_models": held[m["id"]],
+            }
+            views.append(from_row(DatasetView, row, **computed))
+        return views
 
     def _get(self, conn: Connection, tenant: str, dataset_id: str) -> DatasetView:
         row = conn.execute(self._select(tenant).where(datasets.c.id == dataset_id)).first()
         if row is None:
             raise NotFound("dataset not found", code="dataset_not_found")
-        return self._view(row)
+        return self._views(conn, [row])[0]
 
     def get(self, tenant: str, dataset_id: str) -> DatasetView:
         with self.db.read() as conn:
@@ -104,7 +137,9 @@ class Datasets:
             return self.get(tenant, dataset_id)
         with self.db.read() as conn:
             row = conn.execute(self._select(tenant).where(datasets.c.is_default.is_(True))).first()
-        return self._view(row) if row is not None else self.ensure_default(tenant)
+            if row is not None:
+                return self._views(conn, [row])[0]
+        return self.ensure_default(tenant)
 
     def ensure_default(self, tenant: str) -> DatasetView:
         with self.db.write() as conn:
@@ -115,7 +150,7 @@ class Datasets:
                 )
             row = conn.execute(self._select(tenant).where(datasets.c.is_default.is_(True))).first()
             if row is not None:
-                return self._view(row)
+                return self._views(conn, [row])[0]
             name = DEFAULT_NAME
             taken = conn.scalar(
                 select(func.count()).where(datasets.c.tenant_id == tenant, datasets.c.name == name)
@@ -193,29 +228,92 @@ class Datasets:
         return self._get(conn, tenant, dataset_id)
 
     def update(self, tenant: str, dataset_id: str, changes: dict[str, Any]) -> DatasetView:
-        """Change name, description, chunk_size or chunk_overlap (new settings apply to
-        documents ingested or reindexed from now on)."""
-        allowed = {"name", "description", "chunk_size", "chunk_overlap"}
+        """Change name, description, chunk_size, chunk_overlap (new settings apply to documents
+        ingested or reindexed from now on) or embedding_model: a new model is the dataset's at
+        once (uploads from now on are embedded by it) and a re-embed job takes its searchable
+        documents to it (ingest/reembed.py). A model change waits for the dataset's jobs:
+        409 while one is pending or running."""
+        allowed = {"name", "description", "chunk_size", "chunk_overlap", "embedding_model"}
         values = {k: v for k, v in changes.items() if k in allowed and v is not None}
+        started = False
         try:
             with self.db.write() as conn:
                 current = self._get(conn, tenant, dataset_id)
+                model = values.get("embedding_model", current.embedding_model)
+                spec = self.models.spec(model) if "embedding_model" in values else None
                 check_chunking(
                     values.get("chunk_size", current.chunk_size),
                     values.get("chunk_overlap", current.chunk_overlap),
-                    self._max_tokens(current.embedding_model),
+                    spec.max_tokens if spec is not None else self._max_tokens(model),
                 )
+                if spec is not None:
+                    started = self._change_model(conn, current, spec.model_id)
                 if values:
                     conn.execute(
                         update(datasets)
                         .where(datasets.c.id == dataset_id, datasets.c.tenant_id == tenant)
                         .values(updated_at=utcnow(), **values)
                     )
-                return self._get(conn, tenant, dataset_id)
+                updated = self._get(conn, tenant, dataset_id)
         except IntegrityError:
             raise Conflict(
                 f"a dataset named {values.get('name')!r} exists already", code="dataset_exists"
             ) from None
+        if started:
+            self.notify()
+        return updated
+
+    def _change_model(self, conn: Connection, current: DatasetView, model: str) -> bool:
+        """Add the re-embed job a model change needs (in the caller's transaction); False when
+        there is nothing to re-embed (no searchable document is on another model, or a
+        re-embed to this model is on its way already)."""
+        dataset_id = current.id
+        open_jobs = conn.execute(
+            select(ingest_jobs.c.id, ingest_jobs.c.kind)
+            .where(
+                ingest_jobs.c.dataset_id == dataset_id,
+                ingest_jobs.c.parent_id.is_(None),
+                ingest_jobs.c.status.in_([s.value for s in OPEN]),
+            )
+            .order_by(ingest_jobs.c.created_at, ingest_jobs.c.id)
+        ).all()
+        if model == current.embedding_model and any(j.kind == REEMBED_KIND for j in open_jobs):
+            return False  # the same change again, while its re-embed runs: nothing to do
+        behind = conn.scalar(
+            select(func.count())
+            .select_from(documents)
+            .where(
+                documents.c.dataset_id == dataset_id,
+                documents.c.active_generation.is_not(None),
+                documents.c.embedding_model.is_distinct_from(model),
+            )
+        )
+        if model == current.embedding_model and not behind:
+            return False
+        if open_jobs:
+            first = open_jobs[0]
+            raise Conflict(
+                f"the dataset has {len(open_jobs)} job(s) pending or running (the first: "
+                f"{first.kind} job {first.id}); its model can change once they have finished: "
+                f"wait for them (GET /docs/jobs?datasetId={dataset_id}&status=running) or "
+                "cancel them, then try again",
+                code="jobs_in_progress",
+            )
+        if not behind:
+            return False
+        self.store.add(
+            NewJob(
+                id=str(uuid.uuid4()),
+                document_id=None,
+                dataset_id=dataset_id,
+                generation=0,  # each document gets its own new generation (ingest/reembed.py)
+                max_attempts=self.max_attempts,
+                kind=REEMBED_KIND,
+            ),
+            now=utcnow(),
+            tx=conn,
+        )
+        return True
 
     def _max_tokens(self, model: str) -> int:
         spec = self.models.specs.get(model)
@@ -258,4 +356,5 @@ class Datasets:
                 .offset((page - 1) * limit)
                 .limit(limit)
             ).all()
-        return Page([self._view(r) for r in rows], int(total or 0), page, limit)
+            views = self._views(conn, rows)
+        return Page(views, int(total or 0), page, limit)

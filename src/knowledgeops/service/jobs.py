@@ -26,7 +26,7 @@ USER_JOBS = ingest_jobs.c.parent_id.is_(None)  # not a part of a split job
 def job_select(tenant: str) -> Any:
     return (
         select(ingest_jobs, documents.c.file_name, documents.c.file_size)
-        .join(documents, documents.c.id == ingest_jobs.c.document_id)
+        .outerjoin(documents, documents.c.id == ingest_jobs.c.document_id)
         .where(ingest_jobs.c.dataset_id.in_(owned_datasets(tenant)), USER_JOBS)
     )
 
@@ -104,7 +104,10 @@ class Jobs:
 def _latest_and_alone(tx: Tx, job: Job) -> None:
     """Only the document's newest job may run again, and only when no other job of it is open:
     an older generation completing later would replace newer content (docs/architecture.md:
-    Exactly-once effects and generations)."""
+    Exactly-once effects and generations). A dataset's re-embed likewise: its latest, alone."""
+    if job.document_id is None:
+        _latest_reembed_and_alone(tx, job)
+        return
     latest = tx.execute(
         select(documents.c.latest_generation).where(documents.c.id == job.document_id)
     ).scalar_one_or_none()
@@ -126,5 +129,32 @@ def _latest_and_alone(tx: Tx, job: Job) -> None:
     if other is not None:
         raise Conflict(
             f"another job of this document is in progress ({other}); wait for it or cancel it",
+            code="job_in_progress",
+        )
+
+
+def _latest_reembed_and_alone(tx: Tx, job: Job) -> None:
+    newest = tx.scalar(
+        select(ingest_jobs.c.id)
+        .where(ingest_jobs.c.dataset_id == job.dataset_id, ingest_jobs.c.kind == job.kind)
+        .order_by(ingest_jobs.c.created_at.desc(), ingest_jobs.c.id)
+        .limit(1)
+    )
+    if newest != job.id:
+        raise Conflict(
+            f"a newer {job.kind} job of this dataset exists ({newest}); retry that one",
+            code="superseded",
+        )
+    other = tx.scalar(
+        select(ingest_jobs.c.id).where(
+            ingest_jobs.c.dataset_id == job.dataset_id,
+            ingest_jobs.c.id != job.id,
+            ingest_jobs.c.status.in_([s.value for s in OPEN]),
+            USER_JOBS,
+        )
+    )
+    if other is not None:
+        raise Conflict(
+            f"another job of this dataset is in progress ({other}); wait for it or cancel it",
             code="job_in_progress",
         )

@@ -41,6 +41,19 @@ def _spread(hits: Sequence[Hit]) -> dict[str, float]:
     return {hit.chunk_id: (hit.score - worst) / span for hit in hits}
 
 
+def merge_scaled(lists: Sequence[Sequence[Hit]]) -> list[Hit]:
+    """Rankings of different models merged into one: each hit scored by its score min-max
+    scaled within its own list, best first; equal scores keep the better rank, then the
+    earlier list."""
+    scored: list[tuple[float, int, int, Hit]] = []
+    for position, hits in enumerate(lists):
+        spread = _spread(hits)
+        for rank, hit in enumerate(hits):
+            scored.append((spread[hit.chunk_id], rank, position, hit))
+    scored.sort(key=lambda item: (-item[0], item[1], item[2]))
+    return [_rescored(hit, score) for score, _, _, hit in scored]
+
+
 def _over_best(hits: Sequence[Hit]) -> dict[str, float]:
     """Keyword scores over the best (BM25 and ts_rank_cd have no fixed scale)."""
     if not hits:
@@ -109,16 +122,45 @@ class Search:
         if mode is SearchMode.KEYWORD:
             hits = self.index.search_keyword(dataset_id, query, top_k, where)
         elif mode is SearchMode.VECTOR:
-            hits = self.index.search_vector(dataset_id, self._vector(query, model), top_k, where)
+            hits = self._nearest(dataset_id, query, model, top_k, where)
         else:
             wanted = max(top_k * CANDIDATES_PER_TOP_K, MIN_CANDIDATES)
             hits = score_fusion(
                 query,
-                self.index.search_vector(dataset_id, self._vector(query, model), wanted, where),
+                self._nearest(dataset_id, query, model, wanted, where),
                 self.index.search_keyword(dataset_id, query, wanted, where),
                 self.models.fusion_weight(model),
             )[:top_k]
         return self._with_names(tenant, dataset_id, hits)
+
+    def _nearest(
+        self, dataset_id: str, query: str, model: str, k: int, where: SearchFilter | None
+    ) -> list[Hit]:
+        """The k nearest chunks. A dataset's documents are all on one model but while a
+        re-embed is on its way (ingest/reembed.py): then the query is embedded by each model its
+        documents hold, each vector searched among that model's documents only, and the lists
+        merged by their scores scaled per model (cosines of two models are not comparable)."""
+        held = self._models_held(dataset_id) or [model]
+        if len(held) == 1:
+            return self.index.search_vector(dataset_id, self._vector(query, held[0]), k, where)
+        lists = []
+        for name in held:
+            only = dataclasses.replace(where or SearchFilter(), models=(name,))
+            lists.append(self.index.search_vector(dataset_id, self._vector(query, name), k, only))
+        return merge_scaled(lists)[:k]
+
+    def _models_held(self, dataset_id: str) -> list[str]:
+        """The models that embedded the dataset's searchable documents."""
+        with self.db.read() as conn:
+            found = conn.scalars(
+                select(documents.c.embedding_model)
+                .where(
+                    documents.c.dataset_id == dataset_id,
+                    documents.c.embedding_model.is_not(None),
+                )
+                .distinct()
+            ).all()
+        return sorted(str(name) for name in found)
 
     def _vector(self, query: str, model: str) -> Vectors:
         try:

@@ -202,7 +202,7 @@ class Uploads:
         view = self.jobs.get(tenant, job.id)
         with self.db.read() as conn:
             sha = conn.scalar(select(documents.c.sha256).where(documents.c.id == job.document_id))
-        if sha != sha256:
+        if sha != sha256 or job.document_id is None:  # (only uploads carry a key)
             raise Conflict(
                 "this Idempotency-Key was used for a different file; use a new key",
                 code="idempotency_key_reused",

@@ -42,6 +42,10 @@ class DatasetView:
     is_default: bool
     document_count: int
     chunk_count: int
+    # searchable documents by the model that embedded them: one model, but while a re-embed
+    # is on its way (or after one was cancelled)
+    document_models: dict[str, int]
+    reembed_job_id: str | None  # the dataset's latest re-embed job
     created_at: datetime
     updated_at: datetime
 
@@ -72,8 +76,9 @@ class JobView:
     kind: str
     status: str
     stage: str
-    file_name: str
-    file_size: int
+    file_name: str | None  # None: a job on a whole dataset (a re-embed)
+    file_size: int | None
+    unit: str  # what total_chunks and processed_chunks count: chunks, or documents (re-embed)
     total_chunks: int | None
     processed_chunks: int
     error: str | None
@@ -89,13 +94,15 @@ class JobView:
     finished_at: datetime | None
     created_at: datetime
     updated_at: datetime
-    document_id: str
+    document_id: str | None
     dataset_id: str
 
     @classmethod
     def from_row(cls, row: Any) -> JobView:
-        """A job row joined with its document's name and size."""
-        return from_row(cls, row, retries=max(row._mapping["attempt"] - 1, 0))
+        """A job row joined with its document's name and size (none for a dataset's job)."""
+        m = row._mapping
+        unit = "chunks" if m["document_id"] is not None else "documents"
+        return from_row(cls, row, retries=max(m["attempt"] - 1, 0), unit=unit)
 
 
 @dataclass(frozen=True, slots=True)

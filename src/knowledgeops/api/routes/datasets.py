@@ -59,8 +59,9 @@ def get_dataset(dataset_id: DatasetId, service: ServiceDep, tenant: Tenant) -> A
 @router.patch(
     "/{dataset_id}",
     response_model=DatasetPublic,
-    responses={**NOT_FOUND, **CONFLICT},
-    summary="Update; new chunk settings apply to documents ingested or reindexed from now on",
+    responses={**NOT_FOUND, **CONFLICT, 422: {"model": ErrorPublic}},
+    summary="Update; new chunk settings apply to documents ingested or reindexed from now on, "
+    "a new embeddingModel starts a re-embed of the dataset",
 )
 def update_dataset(
     dataset_id: DatasetId, body: DatasetUpdate, service: ServiceDep, tenant: Tenant

@@ -12,7 +12,7 @@ and the embedding cache, by `wrap`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from knowledgeops.errors import InvalidField
@@ -33,6 +33,10 @@ class ModelSpec:
     # the vector ranking's weight when hybrid search fuses it with the keyword ranking: how far
     # this model's vectors are to be trusted (service/search.py, docs/search-quality.md)
     vector_weight: float = 0.5
+
+
+def _given(embedder: Embedder) -> Callable[[], Embedder]:
+    return lambda: embedder
 
 
 class UnknownModel(InvalidField):
@@ -65,11 +69,19 @@ class Models:
         cls, embedder: Embedder, tokenizer: Callable[[], Tokenizer], max_tokens: int
     ) -> Models:
         """A catalogue of one model, already made (tests, benchmarks, a provider over HTTP)."""
-        spec = ModelSpec(
-            embedder.model_id, embedder.dimension, max_tokens, "", lambda: embedder, tokenizer
-        )
-        models = cls({embedder.model_id: spec}, embedder.model_id)
-        models._embedders[embedder.model_id] = embedder
+        return cls.of([embedder], tokenizer, max_tokens)
+
+    @classmethod
+    def of(
+        cls, embedders: Sequence[Embedder], tokenizer: Callable[[], Tokenizer], max_tokens: int
+    ) -> Models:
+        """A catalogue of these models, already made, the first the default (tests)."""
+        specs = {
+            e.model_id: ModelSpec(e.model_id, e.dimension, max_tokens, "", _given(e), tokenizer)
+            for e in embedders
+        }
+        models = cls(specs, embedders[0].model_id)
+        models._embedders.update({e.model_id: e for e in embedders})
         return models
 
     @property

@@ -22,16 +22,32 @@ class SearchFilter:
     document_ids: tuple[str, ...] | None = None
     content_types: tuple[str, ...] | None = None
     metadata: tuple[tuple[str, tuple[Scalar, ...]], ...] = field(default=())
+    # the model that embedded the document's searchable generation: set by search itself while
+    # a dataset's documents are on two models (a re-embed on its way), never by a user
+    models: tuple[str, ...] | None = None
 
     @property
     def empty(self) -> bool:
-        return self.document_ids is None and self.content_types is None and not self.metadata
+        return (
+            self.document_ids is None
+            and self.content_types is None
+            and not self.metadata
+            and self.models is None
+        )
 
-    def admits(self, document_id: str, content_type: str, metadata: Mapping[str, Any]) -> bool:
+    def admits(
+        self,
+        document_id: str,
+        content_type: str,
+        metadata: Mapping[str, Any],
+        model: str | None = None,
+    ) -> bool:
         """The same test in Python (the in-memory index)."""
         if self.document_ids is not None and document_id not in self.document_ids:
             return False
         if self.content_types is not None and content_type not in self.content_types:
+            return False
+        if self.models is not None and model not in self.models:
             return False
         for key, values in self.metadata:
             if key not in metadata or not any(_same(metadata[key], v) for v in values):
@@ -56,6 +72,8 @@ def sqlite_where(where: SearchFilter | None, params: list[Any]) -> str:
         parts.append(_in_list("d.id", where.document_ids, params))
     if where.content_types is not None:
         parts.append(_in_list("d.content_type", where.content_types, params))
+    if where.models is not None:
+        parts.append(_in_list("d.embedding_model", where.models, params))
     for key, values in where.metadata:
         path = "$." + json.dumps(key)
         alternatives = []
@@ -108,6 +126,9 @@ def postgres_where(where: SearchFilter | None, params: dict[str, Any]) -> str:
     if where.content_types is not None:
         params["f_types"] = list(where.content_types)
         parts.append("d.content_type = ANY(:f_types)")
+    if where.models is not None:
+        params["f_models"] = list(where.models)
+        parts.append("d.embedding_model = ANY(:f_models)")
     for n, (key, values) in enumerate(where.metadata):
         params[f"f_key{n}"] = key
         params[f"f_values{n}"] = json.dumps(list(values))

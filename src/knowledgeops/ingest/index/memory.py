@@ -32,12 +32,19 @@ class MemoryIndex:
     def __init__(self) -> None:
         self.chunks: dict[str, IndexedChunk] = {}
         self.active: dict[str, int] = {}  # document id → its searchable generation
-        self.documents: dict[str, tuple[str, dict[str, Any]]] = {}  # id → (type, metadata)
+        # id → (type, metadata, model of its searchable generation)
+        self.documents: dict[str, tuple[str, dict[str, Any], str | None]] = {}
         self._lock = threading.RLock()
 
-    def describe(self, document_id: str, content_type: str, metadata: dict[str, Any]) -> None:
+    def describe(
+        self,
+        document_id: str,
+        content_type: str,
+        metadata: dict[str, Any],
+        model: str | None = None,
+    ) -> None:
         with self._lock:
-            self.documents[document_id] = (content_type, metadata)
+            self.documents[document_id] = (content_type, metadata, model)
 
     def ensure(self) -> None:
         """Nothing to create: the dictionaries are the index."""
@@ -105,8 +112,8 @@ class MemoryIndex:
     def _admits(self, document_id: str, where: SearchFilter | None) -> bool:
         if where is None or where.empty:
             return True
-        content_type, metadata = self.documents.get(document_id, ("", {}))
-        return where.admits(document_id, content_type, metadata)
+        content_type, metadata, model = self.documents.get(document_id, ("", {}, None))
+        return where.admits(document_id, content_type, metadata, model)
 
     def search_vector(
         self,
