@@ -367,6 +367,66 @@ def test_keyword_terms_of_an_older_version_are_rebuilt_from_the_chunks_text(
     assert old == 0
 
 
+def test_keyword_search_finds_a_datasets_chunks_below_many_better_ones_elsewhere(
+    harness: Harness,
+) -> None:
+    """The engines rank the words' matches of all datasets first, then keep this dataset's:
+    150 better matches in another dataset (more than SQLite looks at first) must not hide
+    this dataset's, nor its inactive rows count."""
+    ds, other = harness.dataset(), harness.dataset()
+    crowd = harness.document(other)
+    harness.write(other, crowd, 1, [f"cargo cargo cargo crate {n}" for n in range(150)])
+    harness.activate(crowd, 1)
+    mine = harness.document(ds)
+    harness.write(ds, mine, 1, ["the cargo tool", "cargo fetches dependencies", "no match"])
+    harness.activate(mine, 1)
+    harness.write(ds, mine, 2, ["cargo cargo cargo cargo not active"])
+    found = harness.texts(ds, "cargo", "keyword", k=5)
+    assert sorted(found) == ["cargo fetches dependencies", "the cargo tool"]
+    assert len(harness.texts(other, "cargo", "keyword", k=200)) == 150
+    assert len(harness.texts(other, "cargo crate", "keyword", k=3)) == 3
+
+
+def test_vectors_of_the_table_keyed_by_dataset_id_are_moved_at_start(sqlite_db: Database) -> None:
+    """An embedded index made before the vector table keyed datasets by a 64-bit key: its
+    vectors (active or not) move to the new table at the next start, which drops the old."""
+    index = SqliteIndex(sqlite_db, EMBED.dimension)
+    index.ensure()
+    harness = Harness(index, sqlite_db)
+    ds, other = harness.dataset(), harness.dataset()
+    doc, elsewhere = harness.document(ds), harness.document(other)
+    harness.write(ds, doc, 1, ["ownership rules in rust", "borrowing lets you refer"])
+    harness.activate(doc, 1)
+    harness.write(ds, doc, 2, ["a generation not active yet"])
+    harness.write(other, elsewhere, 1, ["ownership in another dataset"])
+    harness.activate(elsewhere, 1)
+    with sqlite_db.write() as conn:  # the table as the previous version made it
+        conn.exec_driver_sql(
+            f"CREATE VIRTUAL TABLE {index.legacy_vec} USING vec0(embedding float[64] "
+            "distance_metric=cosine, dataset_id text, active integer)"
+        )
+        conn.exec_driver_sql(
+            f"INSERT INTO {index.legacy_vec} (rowid, embedding, dataset_id, active) SELECT "
+            f"v.rowid, v.embedding, c.dataset_id, v.active FROM {index.vec} v "
+            "JOIN chunks c ON c.seq = v.rowid"
+        )
+        conn.exec_driver_sql(f"DROP TABLE {index.vec}")
+    index.ensure()
+    index.verify()
+    assert harness.texts(ds, "ownership rules in rust", k=5) == [
+        "ownership rules in rust",
+        "borrowing lets you refer",
+    ]
+    assert harness.texts(other, "ownership", k=5) == ["ownership in another dataset"]
+    harness.activate(doc, 2)  # the inactive row moved too, inactive
+    assert harness.texts(ds, "generation", k=5) == ["a generation not active yet"]
+    with sqlite_db.read() as conn:
+        left = conn.exec_driver_sql(
+            "SELECT count(*) FROM sqlite_master WHERE name = ?", (index.legacy_vec,)
+        ).scalar_one()
+    assert left == 0
+
+
 def test_a_filter_is_applied_inside_the_search_so_top_k_counts_only_what_passes(
     harness: Harness,
 ) -> None:

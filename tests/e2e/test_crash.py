@@ -88,7 +88,7 @@ def test_sigkill_loses_no_accepted_upload(
         for job in interrupted:
             partial, visible = conn.execute(
                 "SELECT count(*), coalesce(sum(v.active), 0) FROM chunks c "
-                "JOIN chunk_vectors_384 v ON v.rowid = c.rowid WHERE c.document_id = ?",
+                "JOIN chunk_vectors_384_v2 v ON v.rowid = c.rowid WHERE c.document_id = ?",
                 (job["documentId"],),
             ).fetchone()
             assert partial >= job["processedChunks"], "the batches reported were not written"
@@ -198,11 +198,11 @@ def check_database(path: Path, chunk_counts: dict[str, int]) -> None:
         assert found == chunk_counts
         total = sum(chunk_counts.values())
         vectors = conn.execute(
-            "SELECT count(*), sum(active) FROM chunk_vectors_384 v "
+            "SELECT count(*), sum(active) FROM chunk_vectors_384_v2 v "
             "JOIN chunks c ON c.rowid = v.rowid"
         ).fetchone()
         assert vectors == (total, total), vectors
-        assert conn.execute("SELECT count(*) FROM chunk_vectors_384").fetchone()[0] == total
+        assert conn.execute("SELECT count(*) FROM chunk_vectors_384_v2").fetchone()[0] == total
         fts = conn.execute("SELECT count(*) FROM chunk_fts_v2").fetchone()[0]
         assert fts == total, fts
         statuses = conn.execute("SELECT status, count(*) FROM ingest_jobs GROUP BY 1").fetchall()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from sqlalchemy import select
@@ -22,6 +23,7 @@ from knowledgeops.service.views import SearchHit
 
 CANDIDATES_PER_TOP_K = 4  # each list contributes this many candidates per wanted result
 MIN_CANDIDATES = 40
+SEARCH_THREADS = 8  # keyword lookups of hybrid searches running beside their vector search
 
 
 class SearchMode(StrEnum):
@@ -103,6 +105,9 @@ class Search:
     datasets: Datasets
     index: ChunkIndex
     models: Models  # a query is embedded by its dataset's model (Models.for_queries)
+    _pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="kops-search")
+    )
 
     def search(
         self,
@@ -125,12 +130,13 @@ class Search:
             hits = self._nearest(dataset_id, query, model, top_k, where)
         else:
             wanted = max(top_k * CANDIDATES_PER_TOP_K, MIN_CANDIDATES)
-            hits = score_fusion(
-                query,
-                self._nearest(dataset_id, query, model, wanted, where),
-                self.index.search_keyword(dataset_id, query, wanted, where),
-                self.models.fusion_weight(model),
-            )[:top_k]
+            # the words are looked up while the query is embedded and its neighbours found:
+            # the two take about as long, and each waits mostly in C (the model, SQLite)
+            words = self._pool.submit(self.index.search_keyword, dataset_id, query, wanted, where)
+            nearest = self._nearest(dataset_id, query, model, wanted, where)
+            hits = score_fusion(query, nearest, words.result(), self.models.fusion_weight(model))[
+                :top_k
+            ]
         return self._with_names(tenant, dataset_id, hits)
 
     def _nearest(

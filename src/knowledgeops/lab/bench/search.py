@@ -57,7 +57,7 @@ def _texts(root: Path, count: int, rng: random.Random) -> list[str]:
     return out
 
 
-def _seed(db_path: Path, dataset_id: str, texts: list[str], dimension: int) -> None:
+def _seed(db_path: Path, dataset_id: str, texts: list[str], dimension: int, model: str) -> None:
     db = Database(f"sqlite:///{db_path}")
     index = SqliteIndex(db, dimension)
     rng = np.random.default_rng(7)
@@ -78,6 +78,7 @@ def _seed(db_path: Path, dataset_id: str, texts: list[str], dimension: int) -> N
                         sha256=document_id,
                         blob_key=document_id,
                         status="ready",
+                        embedding_model=model,  # as a job's completion records it
                     )
                 )
                 index.upsert(
@@ -116,7 +117,9 @@ def run_search_bench(root: Path, *, chunks: int, top_k: int = 5, rounds: int = 2
         dataset = created.json()
         began = time.perf_counter()
         dimension = client.get("/models").json()[0]["dimension"]
-        _seed(server.data_dir / "kops.db", dataset["id"], texts, dimension)
+        _seed(
+            server.data_dir / "kops.db", dataset["id"], texts, dimension, dataset["embeddingModel"]
+        )
         figures = SearchFigures(
             chunks=chunks,
             questions=len(questions),
