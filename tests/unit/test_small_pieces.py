@@ -24,7 +24,7 @@ from knowledgeops.ingest.index.base import Hit, chunk_id
 from knowledgeops.ingest.index.terms import coverage, index_text, query_terms, query_words
 from knowledgeops.jobs.classify import classify
 from knowledgeops.lab.embedders import HashingEmbedder
-from knowledgeops.service.search import score_fusion
+from knowledgeops.service.search import merge_scaled, score_fusion
 from knowledgeops.service.uploads import check_idempotency_key, display_name
 from knowledgeops.settings import Settings, load_settings
 
@@ -269,3 +269,14 @@ def test_query_words_and_how_much_of_them_a_text_holds() -> None:
     assert coverage(["worker", "崩溃", "恢复"], "worker 进程崩溃后由心跳检测恢复") == 1.0
     assert coverage(["install", "debian", "laptop"], "Debian のパッケージ") == pytest.approx(1 / 3)
     assert coverage([], "anything") == 0.0
+
+
+def test_rankings_of_two_models_merge_by_scores_scaled_within_each() -> None:
+    """e5's cosines sit near 0.8, MiniLM's near 0.3: merged raw, every e5 hit would come
+    first; scaled within each list, the best of each come first, then the rest by their place."""
+    e5 = [hit("e1", 0.86), hit("e2", 0.84), hit("e3", 0.80)]
+    minilm = [hit("m1", 0.40), hit("m2", 0.25), hit("m3", 0.10)]
+    merged = merge_scaled([e5, minilm])
+    assert [h.chunk_id for h in merged] == ["e1", "m1", "e2", "m2", "e3", "m3"]
+    assert [round(h.score, 3) for h in merged] == [1.0, 1.0, 0.667, 0.5, 0.0, 0.0]
+    assert merge_scaled([[], minilm])[0].chunk_id == "m1"

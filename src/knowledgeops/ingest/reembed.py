@@ -68,7 +68,7 @@ class Reembedder:
     models: Models
     batch_size: int
     window: int = READ_WINDOW
-    embedded: int = field(default=0, init=False)  # texts given to the model (tests, the log)
+    embedded: int = field(default=0, init=False)  # texts the model was given (for the log)
 
     def __call__(self, ctx: JobContext) -> None:
         job = ctx.job
@@ -87,7 +87,14 @@ class Reembedder:
             done += 1
             ctx.report(processed=done)
         ctx.report(stage=Stage.INDEXING)
-        log.info("job %s: %d documents of dataset %s on %s", job.id, done, job.dataset_id, target)
+        log.info(
+            "job %s: %d documents of dataset %s on %s (%d texts embedded by this worker)",
+            job.id,
+            done,
+            job.dataset_id,
+            target,
+            self.embedded,
+        )
 
     def _target(self, dataset_id: str) -> str:
         with self.db.read() as conn:

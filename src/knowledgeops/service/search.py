@@ -126,27 +126,29 @@ class Search:
         model = self.datasets.get(tenant, dataset_id).embedding_model
         if mode is SearchMode.KEYWORD:
             hits = self.index.search_keyword(dataset_id, query, top_k, where)
-        elif mode is SearchMode.VECTOR:
-            hits = self._nearest(dataset_id, query, model, top_k, where)
+            return self._with_names(tenant, dataset_id, hits)
+        # the models that embedded the documents: the dataset's, but while a re-embed is on its
+        # way (ingest/reembed.py), when it may be the previous one or both
+        held = self._models_held(dataset_id) or [model]
+        if mode is SearchMode.VECTOR:
+            hits = self._nearest(dataset_id, query, held, top_k, where)
         else:
             wanted = max(top_k * CANDIDATES_PER_TOP_K, MIN_CANDIDATES)
             # the words are looked up while the query is embedded and its neighbours found:
             # the two take about as long, and each waits mostly in C (the model, SQLite)
             words = self._pool.submit(self.index.search_keyword, dataset_id, query, wanted, where)
-            nearest = self._nearest(dataset_id, query, model, wanted, where)
-            hits = score_fusion(query, nearest, words.result(), self.models.fusion_weight(model))[
-                :top_k
-            ]
+            nearest = self._nearest(dataset_id, query, held, wanted, where)
+            weight = self.models.fusion_weight(held[0] if len(held) == 1 else model)
+            hits = score_fusion(query, nearest, words.result(), weight)[:top_k]
         return self._with_names(tenant, dataset_id, hits)
 
     def _nearest(
-        self, dataset_id: str, query: str, model: str, k: int, where: SearchFilter | None
+        self, dataset_id: str, query: str, held: list[str], k: int, where: SearchFilter | None
     ) -> list[Hit]:
-        """The k nearest chunks. A dataset's documents are all on one model but while a
-        re-embed is on its way (ingest/reembed.py): then the query is embedded by each model its
-        documents hold, each vector searched among that model's documents only, and the lists
-        merged by their scores scaled per model (cosines of two models are not comparable)."""
-        held = self._models_held(dataset_id) or [model]
+        """The k nearest chunks, the query embedded by the model that embedded them. While the
+        documents are on two models, the query is embedded by each, each vector searched among
+        that model's documents only, and the lists merged by their scores scaled per model
+        (cosines of two models are not comparable)."""
         if len(held) == 1:
             return self.index.search_vector(dataset_id, self._vector(query, held[0]), k, where)
         lists = []
