@@ -190,7 +190,7 @@ class Reembedder:
             ).all()
         return {int(row.ordinal): str(row.content_hash) for row in rows}
 
-    def _batches(self, step: _Step, written: dict[int, str]) -> Iterator[list[_Source]]:
+    def _batches(self, step: _Step, written: dict[int, str]) -> Iterator[list[Any]]:
         """The source generation's chunks still to embed, a batch at a time, read a window at a
         time (a document's text is never all in memory)."""
         last = -1
@@ -229,17 +229,6 @@ class Reembedder:
         log.debug("job %s: document %s now on %s", job.id, step.document_id, target)
 
 
-@dataclass(frozen=True, slots=True)
-class _Source:
-    ordinal: int
-    text: str
-    content_hash: str
-    token_count: int
-    page_start: int | None
-    page_end: int | None
-    section: str | None
-
-
 def _locked(tx: Tx, document_id: str) -> Any:
     """The document's generations and model, its row locked until the transaction ends (a
     reindex or delete of it waits; SQLite has one writer anyway); None if it is gone."""
@@ -254,7 +243,8 @@ def _locked(tx: Tx, document_id: str) -> Any:
     ).first()
 
 
-def _source_rows(conn: Connection, step: _Step, after: int, limit: int) -> list[_Source]:
+def _source_rows(conn: Connection, step: _Step, after: int, limit: int) -> list[Any]:
+    """The source generation's chunks after ordinal `after` (rows with a chunk's columns)."""
     rows = conn.execute(
         select(
             chunks.c.ordinal,
@@ -273,7 +263,7 @@ def _source_rows(conn: Connection, step: _Step, after: int, limit: int) -> list[
         .order_by(chunks.c.ordinal)
         .limit(limit)
     ).all()
-    return [_Source(*row) for row in rows]
+    return list(rows)
 
 
 def _count(document_id: str, generation: int) -> Select[Any]:

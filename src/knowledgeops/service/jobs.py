@@ -118,19 +118,7 @@ def _latest_and_alone(tx: Tx, job: Job) -> None:
             "a newer job of this document exists; retry that one, or reindex the document",
             code="superseded",
         )
-    other = tx.scalar(
-        select(ingest_jobs.c.id).where(
-            ingest_jobs.c.document_id == job.document_id,
-            ingest_jobs.c.id != job.id,
-            ingest_jobs.c.status.in_([s.value for s in OPEN]),
-            USER_JOBS,
-        )
-    )
-    if other is not None:
-        raise Conflict(
-            f"another job of this document is in progress ({other}); wait for it or cancel it",
-            code="job_in_progress",
-        )
+    _alone(tx, job, ingest_jobs.c.document_id == job.document_id, "document")
 
 
 def _latest_reembed_and_alone(tx: Tx, job: Job) -> None:
@@ -145,9 +133,14 @@ def _latest_reembed_and_alone(tx: Tx, job: Job) -> None:
             f"a newer {job.kind} job of this dataset exists ({newest}); retry that one",
             code="superseded",
         )
+    _alone(tx, job, ingest_jobs.c.dataset_id == job.dataset_id, "dataset")
+
+
+def _alone(tx: Tx, job: Job, scope: ColumnElement[bool], what: str) -> None:
+    """No other job in `scope` (the job's document, or dataset) is pending or running."""
     other = tx.scalar(
         select(ingest_jobs.c.id).where(
-            ingest_jobs.c.dataset_id == job.dataset_id,
+            scope,
             ingest_jobs.c.id != job.id,
             ingest_jobs.c.status.in_([s.value for s in OPEN]),
             USER_JOBS,
@@ -155,6 +148,6 @@ def _latest_reembed_and_alone(tx: Tx, job: Job) -> None:
     )
     if other is not None:
         raise Conflict(
-            f"another job of this dataset is in progress ({other}); wait for it or cancel it",
+            f"another job of this {what} is in progress ({other}); wait for it or cancel it",
             code="job_in_progress",
         )
