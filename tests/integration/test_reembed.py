@@ -267,3 +267,23 @@ def test_a_model_change_waits_for_the_datasets_jobs_and_names_the_models(
     assert job_id in busy.value.message
     b.release()
     done(runtime, job_id)
+
+
+def test_a_failed_reembed_drops_its_unfinished_generation_and_a_retry_finishes_it(
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
+) -> None:
+    b = ModelB(fail_at=[2])  # the first document's second batch, with no attempt left
+    runtime, _, jobs = _dataset_of_three(make_runtime, tmp_path, b, max_attempts=1)
+    dataset_id = jobs[0].dataset_id
+    job_id = _reembed(runtime, dataset_id)
+    failed = done(runtime, job_id, ("failed",))
+    assert (failed.error_code, failed.error_category) == ("embedder_timeout", "transient")
+    assert set(_models(runtime).values()) == {MODEL_A}
+    assert index_rows(runtime) == (_total_chunks(jobs),) * 3  # its first batch is gone
+    other = runtime.service.datasets.get(TENANT, dataset_id)
+    assert other.reembed_job_id == job_id
+    assert runtime.service.jobs.retry(TENANT, job_id).status == "pending"
+    finished = done(runtime, job_id)
+    assert (finished.processed_chunks, finished.total_chunks) == (3, 3)
+    assert set(_models(runtime).values()) == {MODEL_B}
+    assert index_rows(runtime) == (_total_chunks(jobs),) * 3
