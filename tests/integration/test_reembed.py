@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from knowledgeops.db.schema import chunks, documents
+from knowledgeops.db.schema import chunks, documents, outbox
 from knowledgeops.errors import Conflict, TransientError
 from knowledgeops.ingest.embedders.base import Vectors
 from knowledgeops.lab.embedders import HashingEmbedder
@@ -194,9 +194,10 @@ def test_an_interrupted_reembed_resumes_where_it_stopped_and_embeds_nothing_twic
     make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
 ) -> None:
     # the first document takes calls 1-3; the second's first batch (4) is written, its second
-    # (5) fails: the retry goes on from the second document's second batch
+    # (5) fails: the retry skips the first document, and the second's first batch comes back
+    # from the embedding cache (on by default; the tests turn it off unless asked)
     b = ModelB(fail_at=[5])
-    runtime, _, jobs = _dataset_of_three(make_runtime, tmp_path, b)
+    runtime, _, jobs = _dataset_of_three(make_runtime, tmp_path, b, embed_cache=True)
     per_document = [job.total_chunks or 0 for job in jobs]
     assert all(16 < n <= 24 for n in per_document), per_document  # three batches of 8 each
     job_id = _reembed(runtime, jobs[0].dataset_id)
@@ -204,7 +205,7 @@ def test_an_interrupted_reembed_resumes_where_it_stopped_and_embeds_nothing_twic
     assert (finished.status, finished.attempt, finished.retries) == ("completed", 2, 1)
     assert (finished.processed_chunks, finished.total_chunks) == (3, 3)
     total = _total_chunks(jobs)
-    assert b.worker_texts == total  # the failed batch aside, nothing was embedded twice
+    assert b.worker_texts == total  # the failed batch aside, the model embedded nothing twice
     assert index_rows(runtime) == (total,) * 3
     assert set(_models(runtime).values()) == {MODEL_B}
 
@@ -287,3 +288,82 @@ def test_a_failed_reembed_drops_its_unfinished_generation_and_a_retry_finishes_i
     assert (finished.processed_chunks, finished.total_chunks) == (3, 3)
     assert set(_models(runtime).values()) == {MODEL_B}
     assert index_rows(runtime) == (_total_chunks(jobs),) * 3
+
+
+def test_a_document_deleted_mid_reembed_is_skipped_and_leaves_nothing_behind(
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
+) -> None:
+    b = ModelB(hold_at=4)  # the second document's first batch
+    runtime, _, jobs = _dataset_of_three(make_runtime, tmp_path, b)
+    job_id = _reembed(runtime, jobs[0].dataset_id)
+    assert b.held.wait(30)
+    runtime.service.documents.delete(TENANT, str(jobs[1].document_id))
+    b.release()
+    finished = done(runtime, job_id)
+    assert (finished.processed_chunks, finished.total_chunks) == (3, 3)
+    assert sorted(_models(runtime)) == ["lifetimes.txt", "ownership.txt"]
+    assert set(_models(runtime).values()) == {MODEL_B}
+    kept = (jobs[0].total_chunks or 0) + (jobs[2].total_chunks or 0)
+    assert index_rows(runtime) == (kept,) * 3
+
+
+def test_a_dataset_deleted_mid_reembed_takes_its_job_along(
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
+) -> None:
+    b = ModelB(hold_at=2)
+    a = ModelA()
+    runtime = make_runtime(embedder=[a, b], workers=1)
+    dataset = runtime.service.datasets.create(TENANT, "doomed")
+    staged = runtime.blobs.stage(10_000_000)
+    staged.write(long_text("traits", 90).encode())
+    accepted = runtime.service.uploads.accept(
+        TENANT,
+        staged,
+        file_name="traits.txt",
+        declared_type=None,
+        dataset_id=dataset.id,
+        idempotency_key=None,
+    )
+    done(runtime, accepted.job.id)
+    job_id = _reembed(runtime, dataset.id)
+    assert b.held.wait(30)
+    runtime.service.datasets.delete(TENANT, dataset.id)
+    b.release()
+    with pytest.raises(Exception, match="not found"):
+        runtime.service.jobs.get(TENANT, job_id)
+    assert runtime.store.get(job_id) is None  # its row is gone (with its outbox row)
+    wait_for(lambda: b.worker_texts > 0)  # the held batch came back to a job that is gone
+    with runtime.db.read() as conn:
+        left = conn.execute(select(outbox.c.id).where(outbox.c.job_id == job_id)).all()
+    assert left == []
+    assert index_rows(runtime) == (0, 0, 0)  # nor did its late batch write anything
+
+
+def test_a_failed_reindex_cannot_be_retried_over_a_reembedded_generation(
+    make_runtime: Callable[..., EmbeddedRole], tmp_path: Path
+) -> None:
+    """A re-embed takes the next generation number, never a failed job's: retrying that job
+    afterwards would start by dropping its generation, now the searchable one."""
+
+    class Refuses(ModelA):
+        refuse = False
+
+        def embed(self, texts: Sequence[str]) -> Vectors:
+            if self.refuse and _in_worker():
+                raise TransientError("the embedding provider timed out", code="embedder_timeout")
+            return super().embed(texts)
+
+    a, b = Refuses(), ModelB()
+    runtime = make_runtime(embedder=[a, b], workers=1, max_attempts=1)
+    first = done(runtime, upload(runtime, tmp_path, "closures.txt", long_text("closures", 30)).id)
+    a.refuse = True
+    failed_id = runtime.service.documents.reindex(TENANT, str(first.document_id))
+    assert done(runtime, failed_id, ("failed",)).status == "failed"
+    finished = done(runtime, _reembed(runtime, first.dataset_id))
+    assert finished.processed_chunks == 1
+    with pytest.raises(Conflict) as refused:
+        runtime.service.jobs.retry(TENANT, failed_id)
+    assert refused.value.code == "superseded"
+    rows = chunk_rows(runtime, str(first.document_id))
+    assert len(rows) == first.total_chunks
+    assert {generation for generation, _ in rows} == {3}  # 1, the failed 2, then the re-embed

@@ -6,13 +6,13 @@ Re-embedding a dataset).
 are embedded by it from then on) and adds the job in the same transaction. The job takes the
 dataset's searchable documents one at a time, and for each:
 
-1. allocates a new generation (the document's `latest_generation` + 1), unless an earlier
-   attempt of this job left one unfinished, which it continues;
+1. allocates a new generation (the document's `latest_generation` + 1), dropping one an
+   earlier attempt left unfinished;
 2. copies the text of the searchable generation's chunks into it, embedded by the new model in
    batches, each batch written in the transaction of a fenced progress report (a worker that lost
    the job writes nothing more). Chunks are not cut again: a chunk's text, pages and section
-   stay what they were; only its vector changes. A chunk that an earlier attempt already wrote,
-   with the same text, is not embedded again;
+   stay what they were; only its vector changes. What an earlier attempt embedded comes back
+   from the embedding cache, not the model;
 3. makes the new generation searchable in one transaction, with the document's
    `embedding_model`, and drops the old one.
 
@@ -125,9 +125,8 @@ class Reembedder:
         if not found:
             return
         step = found[0]
-        written = self._written(step)
         gone: list[bool] = []
-        for batch in self._batches(step, written):
+        for batch in self._batches(step):
             vectors, fresh = embedder.embed_counted([row.text for row in batch])
             self.embedded += fresh
             rows = [
@@ -154,7 +153,9 @@ class Reembedder:
 
     def _writer(self, step: _Step, rows: list[IndexedChunk], gone: list[bool]) -> Work:
         def write(tx: Tx) -> None:
-            if _locked(tx, step.document_id) is None:
+            # a delete of the document waits for this transaction (it locks the dataset's open
+            # re-embed with the document's jobs: service/documents.py), so it is there or gone
+            if _current(tx, step.document_id) is None:
                 gone.append(True)
                 return
             self.index.upsert(tx, rows)
@@ -163,36 +164,35 @@ class Reembedder:
 
     def _begin(self, tx: Tx, document_id: str, target: str) -> list[_Step]:
         """The step for the document, or none: it is gone, not searchable, on `target` already,
-        or has a job of its own in progress (which embeds it with the dataset's model)."""
-        doc = _locked(tx, document_id)
+        or has a job of its own in progress (which embeds it with the dataset's model).
+
+        The new generation is always the next number: a generation left unfinished (by an
+        earlier attempt of this job, or a job that failed) is dropped, never continued, since
+        its number may be a failed job's, which a retry would claim back. The chunks an
+        earlier attempt embedded are not embedded again by the model: the embedding cache
+        answers for them (on unless KOPS_EMBED_CACHE=false). Rows are taken in the order every
+        job takes them (its job, chunks, then the document: the number is claimed by an update
+        that matches only the number seen), so no lock waits in a cycle on PostgreSQL."""
+        doc = _current(tx, document_id)
         if doc is None or doc.active_generation is None or doc.embedding_model == target:
             return []
         if _open_job(tx, document_id):
             return []
         source, latest = int(doc.active_generation), int(doc.latest_generation)
-        if latest > source:  # this job's earlier attempt left it unfinished: continue it
-            return [_Step(document_id, source, latest)]
-        tx.execute(
+        if latest > source:
+            self.index.discard(tx, document_id, latest)
+        claimed = tx.execute(
             update(documents)
-            .where(documents.c.id == document_id)
+            .where(documents.c.id == document_id, documents.c.latest_generation == latest)
             .values(latest_generation=latest + 1)
         )
+        if claimed.rowcount != 1:  # reindexed a moment ago: its own job embeds it
+            return []
         return [_Step(document_id, source, latest + 1)]
 
-    def _written(self, step: _Step) -> dict[int, str]:
-        """The chunks an earlier attempt wrote into the new generation: ordinal → text hash."""
-        with self.db.read() as conn:
-            rows = conn.execute(
-                select(chunks.c.ordinal, chunks.c.content_hash).where(
-                    chunks.c.document_id == step.document_id,
-                    chunks.c.generation == step.generation,
-                )
-            ).all()
-        return {int(row.ordinal): str(row.content_hash) for row in rows}
-
-    def _batches(self, step: _Step, written: dict[int, str]) -> Iterator[list[Any]]:
-        """The source generation's chunks still to embed, a batch at a time, read a window at a
-        time (a document's text is never all in memory)."""
+    def _batches(self, step: _Step) -> Iterator[list[Any]]:
+        """The source generation's chunks, a batch at a time, read a window at a time (a
+        document's text is never all in memory)."""
         last = -1
         while True:
             with self.db.read() as conn:
@@ -200,14 +200,13 @@ class Reembedder:
             if not rows:
                 return
             last = rows[-1].ordinal
-            todo = [row for row in rows if written.get(row.ordinal) != row.content_hash]
-            for start in range(0, len(todo), self.batch_size):
-                yield todo[start : start + self.batch_size]
+            for start in range(0, len(rows), self.batch_size):
+                yield rows[start : start + self.batch_size]
 
     def _finish(self, tx: Tx, job: Job, step: _Step, target: str) -> None:
         """Make the new generation searchable, unless the document changed meanwhile (deleted,
         or reindexed: then its own job's generation wins and this one is dropped)."""
-        doc = _locked(tx, step.document_id)
+        doc = _current(tx, step.document_id)
         if doc is None:
             return
         if doc.latest_generation != step.generation or doc.active_generation != step.source:
@@ -229,17 +228,14 @@ class Reembedder:
         log.debug("job %s: document %s now on %s", job.id, step.document_id, target)
 
 
-def _locked(tx: Tx, document_id: str) -> Any:
-    """The document's generations and model, its row locked until the transaction ends (a
-    reindex or delete of it waits; SQLite has one writer anyway); None if it is gone."""
+def _current(tx: Tx, document_id: str) -> Any:
+    """The document's generations and model; None if it is gone."""
     return tx.execute(
         select(
             documents.c.active_generation,
             documents.c.latest_generation,
             documents.c.embedding_model,
-        )
-        .where(documents.c.id == document_id)
-        .with_for_update()
+        ).where(documents.c.id == document_id)
     ).first()
 
 

@@ -238,6 +238,12 @@ class Datasets:
         started = False
         try:
             with self.db.write() as conn:
+                # one change at a time (two PATCHes at once must not both start a re-embed)
+                conn.execute(
+                    select(datasets.c.id)
+                    .where(datasets.c.id == dataset_id, datasets.c.tenant_id == tenant)
+                    .with_for_update()
+                )
                 current = self._get(conn, tenant, dataset_id)
                 model = values.get("embedding_model", current.embedding_model)
                 spec = self.models.spec(model) if "embedding_model" in values else None
@@ -340,6 +346,13 @@ class Datasets:
                 .with_for_update()
             ).all()
             self.index.delete_dataset(conn, dataset_id)
+            # a job on the whole dataset (a re-embed) belongs to no document, whose delete
+            # would take it along: its worker finds it gone at its next write and stops
+            conn.execute(
+                ingest_jobs.delete().where(
+                    ingest_jobs.c.dataset_id == dataset_id, ingest_jobs.c.document_id.is_(None)
+                )
+            )
             conn.execute(
                 datasets.delete().where(datasets.c.id == dataset_id, datasets.c.tenant_id == tenant)
             )

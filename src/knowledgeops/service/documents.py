@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, and_, func, or_, select, update
 
 from knowledgeops.clock import utcnow
 from knowledgeops.db.blobs import LocalBlobStore
@@ -103,9 +103,19 @@ class Documents:
             doc = load_document(conn, tenant, document_id)
             # rows in the order a completing job takes them (job, chunks, document), so that a
             # delete and a completion never wait on each other in a cycle (PostgreSQL)
+            # … and a re-embed of its dataset, which writes to the document under its own job
             conn.execute(
                 select(ingest_jobs.c.id)
-                .where(ingest_jobs.c.document_id == document_id)
+                .where(
+                    or_(
+                        ingest_jobs.c.document_id == document_id,
+                        and_(
+                            ingest_jobs.c.dataset_id == doc.dataset_id,
+                            ingest_jobs.c.document_id.is_(None),
+                            ingest_jobs.c.status.in_([s.value for s in OPEN]),
+                        ),
+                    )
+                )
                 .order_by(ingest_jobs.c.parent_id.is_not(None), ingest_jobs.c.id)  # parents first
                 .with_for_update()
             ).all()
@@ -118,6 +128,11 @@ class Documents:
         generation stays searchable until the new one is complete."""
         with self.db.write() as conn:
             doc = load_document(conn, tenant, document_id)
+            # the generation number is taken under the row's lock: a re-embed of the dataset
+            # takes the next one too (ingest/reembed.py), and two must never share one
+            conn.execute(
+                select(documents.c.id).where(documents.c.id == document_id).with_for_update()
+            )
             open_job = conn.scalar(
                 select(ingest_jobs.c.id).where(
                     ingest_jobs.c.document_id == document_id,
