@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Select, func, select, update
@@ -68,7 +68,6 @@ class Reembedder:
     models: Models
     batch_size: int
     window: int = READ_WINDOW
-    embedded: int = field(default=0, init=False)  # texts the model was given (for the log)
 
     def __call__(self, ctx: JobContext) -> None:
         job = ctx.job
@@ -82,18 +81,19 @@ class Reembedder:
             ) from None
         done, todo = self._plan(job.dataset_id, target)
         ctx.report(stage=Stage.EMBEDDING, total=done + len(todo), processed=done)
+        embedded = 0  # texts the model itself was given (the rest came from the cache)
         for document_id in todo:
-            self._document(ctx, document_id, target, embedder)
+            embedded += self._document(ctx, document_id, target, embedder)
             done += 1
             ctx.report(processed=done)
         ctx.report(stage=Stage.INDEXING)
         log.info(
-            "job %s: %d documents of dataset %s on %s (%d texts embedded by this worker)",
+            "job %s: %d documents of dataset %s on %s (%d texts embedded by this attempt)",
             job.id,
             done,
             job.dataset_id,
             target,
-            self.embedded,
+            embedded,
         )
 
     def _target(self, dataset_id: str) -> str:
@@ -119,16 +119,18 @@ class Reembedder:
         todo = [row.id for row in rows if row.embedding_model != target]
         return len(rows) - len(todo), todo
 
-    def _document(self, ctx: JobContext, document_id: str, target: str, embedder: Embedder) -> None:
+    def _document(self, ctx: JobContext, document_id: str, target: str, embedder: Embedder) -> int:
+        """Re-embed one document; returns how many texts the model itself embedded."""
         found: list[_Step] = []
         ctx.report(work=lambda tx: found.extend(self._begin(tx, document_id, target)))
         if not found:
-            return
+            return 0
         step = found[0]
         gone: list[bool] = []
+        embedded = 0
         for batch in self._batches(step):
             vectors, fresh = embedder.embed_counted([row.text for row in batch])
-            self.embedded += fresh
+            embedded += fresh
             rows = [
                 IndexedChunk(
                     id=chunk_id(step.document_id, step.generation, row.ordinal),
@@ -148,8 +150,9 @@ class Reembedder:
             ]
             ctx.report(work=self._writer(step, rows, gone))
             if gone:  # the document was deleted meanwhile
-                return
+                return embedded
         ctx.report(work=lambda tx: self._finish(tx, ctx.job, step, target))
+        return embedded
 
     def _writer(self, step: _Step, rows: list[IndexedChunk], gone: list[bool]) -> Work:
         def write(tx: Tx) -> None:
