@@ -229,8 +229,10 @@ def test_a_cancelled_reembed_keeps_what_it_finished_and_can_be_started_again(
         active = dict(conn.execute(select(documents.c.id, documents.c.active_generation)).all())
         held = conn.execute(select(chunks.c.document_id, chunks.c.generation).distinct()).all()
     assert all(active[document_id] == generation for document_id, generation in held)
+    queries_a, queries_b = a.query_calls, b.query_calls
     hits = _search(runtime, dataset_id, "example explains ownership", SearchMode.HYBRID)
     assert len({hit.document_id for hit in hits}) == 3
+    assert (a.query_calls - queries_a, b.query_calls - queries_b) == (1, 1)  # both models
 
     # the same change again takes the rest
     again = _reembed(runtime, dataset_id)
@@ -239,7 +241,9 @@ def test_a_cancelled_reembed_keeps_what_it_finished_and_can_be_started_again(
     assert (finished.processed_chunks, finished.total_chunks) == (3, 3)
     assert set(_models(runtime).values()) == {MODEL_B}
     assert index_rows(runtime) == (_total_chunks(jobs),) * 3
-    assert a.query_calls >= 1
+    queries_a = a.query_calls
+    _search(runtime, dataset_id, "example explains ownership", SearchMode.VECTOR)
+    assert a.query_calls == queries_a  # all on B: the old model is no longer asked
 
 
 def test_a_model_change_waits_for_the_datasets_jobs_and_names_the_models(

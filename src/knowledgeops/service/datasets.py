@@ -130,6 +130,19 @@ class Datasets:
         with self.db.read() as conn:
             return self._get(conn, tenant, dataset_id)
 
+    def model_of(self, tenant: str, dataset_id: str) -> str:
+        """The dataset's embedding model, 404 like `get` (a search needs no counts: this is
+        one row by its key, on every query's path)."""
+        with self.db.read() as conn:
+            model = conn.scalar(
+                select(datasets.c.embedding_model).where(
+                    datasets.c.id == dataset_id, datasets.c.tenant_id == tenant
+                )
+            )
+        if model is None:
+            raise NotFound("dataset not found", code="dataset_not_found")
+        return str(model)
+
     def resolve(self, tenant: str, dataset_id: str | None) -> DatasetView:
         """The dataset an upload goes to: the given one, or the tenant's default (created on
         the tenant's first upload)."""

@@ -123,7 +123,7 @@ class Search:
         the documents `where` admits, inside its query), and the hits' documents are read back
         within the tenant too."""
         # 404 for an unknown dataset or another tenant's
-        model = self.datasets.get(tenant, dataset_id).embedding_model
+        model = self.datasets.model_of(tenant, dataset_id)
         if mode is SearchMode.KEYWORD:
             hits = self.index.search_keyword(dataset_id, query, top_k, where)
             return self._with_names(tenant, dataset_id, hits)

@@ -33,10 +33,10 @@ _T = TypeVar("_T")
 VEC_MAX_K = 4096  # sqlite-vec's limit on k
 FTS_PREFIX = "chunk_fts"
 VEC_VERSION = "v2"  # the dataset as a 64-bit key (v1: its id as text)
-REBUILD_BATCH = 2000
+REBUILD_BATCH = 2000  # rows re-written per statement when the terms or the vector table change
 KEYWORD_HEADROOM = 4  # the FTS table's best k · this are joined first (search_keyword)
 KEYWORD_MIN_HEAD = 100
-KEYWORD_MAX_HEAD = 4000  # chunks re-tokenized per statement when the terms change
+KEYWORD_MAX_HEAD = 4000
 
 
 class SqliteIndex:
