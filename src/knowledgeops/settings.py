@@ -147,9 +147,15 @@ class Settings(BaseSettings):
     # what one document may cost to parse (a document over a limit fails with a message
     # naming the limit; ingest/parsers/limits.py, built in roles/wiring.py)
     max_pdf_pages: int = Field(5_000, ge=1, description="Pages of one PDF.")
-    max_unzipped_mb: float = Field(1_024.0, gt=0, description="A DOCX package, unpacked, in MiB.")
-    max_zip_ratio: float = Field(200.0, ge=10, description="Inflation ratio of one DOCX part.")
-    max_html_mb: float = Field(64.0, gt=0, description="One HTML page, in MiB.")
+    max_unzipped_mb: float = Field(
+        1_024.0, gt=0, description="A DOCX, PPTX, XLSX or EPUB package, unpacked, in MiB."
+    )
+    max_zip_ratio: float = Field(200.0, ge=10, description="Inflation ratio of one package part.")
+    max_html_mb: float = Field(64.0, gt=0, description="One HTML page or e-book chapter, in MiB.")
+    max_sheet_rows: int = Field(1_048_576, ge=1, description="Rows of one sheet or CSV file.")
+    max_sheet_cells: int = Field(20_000_000, ge=1, description="Cells of one workbook or CSV.")
+    max_mime_depth: int = Field(10, ge=1, description="E-mail parts nested in parts, at most.")
+    max_attachments: int = Field(200, ge=0, description="Attachments of one e-mail or mbox.")
     max_text_chars: int = Field(50_000_000, ge=1, description="Text of one document.")
     max_chunks_per_document: int = Field(100_000, ge=1)
     parse_timeout_s: float = Field(600.0, gt=0, description="Parsing of one document, at most.")

@@ -146,7 +146,7 @@ def test_unsupported_types_are_415(client, tmp_path: Path, maker, name: str, phr
     response = upload(client, path)
     error = assert_error(response, 415, "unsupported_media_type")
     assert phrase in error["error"]
-    assert "supported: PDF, DOCX" in error["error"]
+    assert "supported: PDF, Word (.docx), PowerPoint (.pptx)" in error["error"]
     _no_jobs(client)
     data_dir = runtime_of(client).settings.data_dir
     assert files_under(data_dir / "incoming") == []

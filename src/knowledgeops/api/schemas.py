@@ -143,7 +143,10 @@ class DocumentPublic(Camel):
     file_name: str
     file_size: int
     content_type: str
-    file_type: str = Field(description="pdf, docx, html, md or txt (what filter.fileTypes says)")
+    file_type: str = Field(
+        description="pdf, docx, pptx, xlsx, csv, epub, eml, mbox, html, md or txt (what "
+        "filter.fileTypes says)"
+    )
     sha256: str
     status: str
     searchable: bool
@@ -186,7 +189,14 @@ class SearchFilterIn(Camel):
     document_ids: list[Annotated[str, Field(pattern=UUID_PATTERN)]] | None = Field(
         None, max_length=1000
     )
-    file_types: list[Literal["pdf", "docx", "html", "md", "txt"]] | None = Field(None, min_length=1)
+    file_types: (
+        list[
+            Literal[
+                "pdf", "docx", "pptx", "xlsx", "csv", "epub", "eml", "mbox", "html", "md", "txt"
+            ]
+        ]
+        | None
+    ) = Field(None, min_length=1)
     metadata: dict[MetadataKey, MetadataValue | MetadataIn] | None = Field(
         None,
         max_length=32,

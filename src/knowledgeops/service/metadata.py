@@ -31,6 +31,12 @@ FILE_TYPES: dict[str, str] = {
     "html": ContentType.HTML,
     "md": ContentType.MARKDOWN,
     "txt": ContentType.TEXT,
+    "pptx": ContentType.PPTX,
+    "xlsx": ContentType.XLSX,
+    "csv": ContentType.CSV,
+    "epub": ContentType.EPUB,
+    "eml": ContentType.EMAIL,
+    "mbox": ContentType.MBOX,
 }
 TYPE_NAMES = {content_type: name for name, content_type in FILE_TYPES.items()}
 

@@ -25,7 +25,7 @@ from knowledgeops.db.engine import Database
 from knowledgeops.db.schema import documents, ingest_jobs
 from knowledgeops.errors import Conflict, InvalidRequest, TooManyRequests, UnsupportedMediaType
 from knowledgeops.ingest.parsers.base import ContentType
-from knowledgeops.ingest.parsers.sniff import describe_unsupported, sniff
+from knowledgeops.ingest.parsers.sniff import describe_unsupported, is_zip, read_tail, sniff
 from knowledgeops.jobs.model import NewJob
 from knowledgeops.jobs.states import JobStatus
 from knowledgeops.jobs.store import JobStore
@@ -55,7 +55,17 @@ _EXTENSIONS = {
     ContentType.HTML: ".html",
     ContentType.MARKDOWN: ".md",
     ContentType.TEXT: ".txt",
+    ContentType.PPTX: ".pptx",
+    ContentType.XLSX: ".xlsx",
+    ContentType.CSV: ".csv",
+    ContentType.EPUB: ".epub",
+    ContentType.EMAIL: ".eml",
+    ContentType.MBOX: ".mbox",
 }
+SUPPORTED = (
+    "PDF, Word (.docx), PowerPoint (.pptx), Excel (.xlsx), CSV, EPUB, e-mail (.eml, .mbox), "
+    "HTML, Markdown and plain text"
+)
 
 
 def display_name(raw: str | None, content_type: str | None = None) -> str:
@@ -172,12 +182,12 @@ class Uploads:
         idempotency_key: str | None,
         metadata: dict[str, Any],
     ) -> Accepted:
-        content_type = sniff(staged.head, file_name or "", declared_type)
+        tail = read_tail(staged.path) if is_zip(staged.head) else b""
+        content_type = sniff(staged.head, file_name or "", declared_type, tail)
         if content_type is None:
             what = describe_unsupported(staged.head, file_name or "")
             raise UnsupportedMediaType(
-                f"this file looks like {what}, which cannot be parsed; supported: PDF, DOCX, "
-                "HTML, Markdown and plain text",
+                f"this file looks like {what}, which cannot be parsed; supported: {SUPPORTED}",
             )
         dataset = self.datasets.resolve(tenant, dataset_id)
         name = display_name(file_name, content_type)

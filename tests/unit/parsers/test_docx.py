@@ -44,7 +44,7 @@ def test_paragraphs_lists_and_tables_keep_document_order(tmp_path: Path) -> None
         "Results\n\n"
         "Revenue grew strongly.\n\n"
         "- First point\n- Second point\n\n"
-        "Quarter | Revenue\nQ1 | 100\nQ2 | 120\n\n"
+        "| Quarter | Revenue |\n| --- | --- |\n| Q1 | 100 |\n| Q2 | 120 |\n\n"
         "Text after the table."
     )
 
@@ -93,8 +93,9 @@ def test_merged_and_empty_cells(tmp_path: Path) -> None:
     path = tmp_path / "t.docx"
     document.save(str(path))
     (block,) = parse_docx(path)
-    # A merged cell appears once; an empty cell stays as a gap; an empty row is dropped.
-    assert block.text == "Wide | C\nx |  | z"
+    # A merged cell appears once and keeps the columns aligned; an empty cell stays as a gap;
+    # an empty row is dropped; the table is Markdown, its first row the header.
+    assert block.text == "| Wide |  | C |\n| --- | --- | --- |\n| x |  | z |"
 
 
 def test_long_documents_are_split_into_bounded_blocks(tmp_path: Path) -> None:
@@ -108,7 +109,16 @@ def test_long_documents_are_split_into_bounded_blocks(tmp_path: Path) -> None:
 
 def test_table_only_document(tmp_path: Path) -> None:
     blocks = parse_docx(make_docx(tmp_path / "t.docx", [Table([["a", "b"], ["c", "d"]])]))
-    assert blocks == [Block(text="a | b\nc | d")]
+    assert blocks == [Block(text="| a | b |\n| --- | --- |\n| c | d |")]
+
+
+def test_a_single_column_table_is_plain_lines_and_pipes_in_cells_are_escaped(
+    tmp_path: Path,
+) -> None:
+    blocks = parse_docx(make_docx(tmp_path / "t.docx", [Table([["Note"], ["Boxed text"]])]))
+    assert blocks == [Block(text="Note\nBoxed text")]
+    blocks = parse_docx(make_docx(tmp_path / "p.docx", [Table([["a|b", "c"], ["1", "2"]])]))
+    assert blocks == [Block(text="| a\\|b | c |\n| --- | --- |\n| 1 | 2 |")]
 
 
 def test_random_bytes_are_corrupt(tmp_path: Path) -> None:

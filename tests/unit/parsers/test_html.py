@@ -58,7 +58,9 @@ def test_blocks_lists_pre_and_tables_are_laid_out(tmp_path: Path) -> None:
     assert "First paragraph of setup.\n\n- Step one\n- Step two" in setup
     # <pre> keeps its line breaks and indentation.
     assert 'fn main() {\n    println!("hi");\n}' in setup
-    assert blocks["Guide › Setup › Details"] == "Details\n\nKey | Value\nport | 8080"
+    assert blocks["Guide › Setup › Details"] == (
+        "Details\n\n| Key | Value |\n| --- | --- |\n| port | 8080 |"
+    )
 
 
 def test_inline_elements_join_and_whitespace_collapses(tmp_path: Path) -> None:
@@ -196,7 +198,7 @@ def test_navigation_tables_and_tables_of_contents_are_dropped(tmp_path: Path) ->
     )
     blocks = parse_html(make_html(tmp_path / "p.html", body, chrome=False))
     assert [b.text for b in blocks] == [
-        "3.1. Which distribution?\n\nStable is for servers.\n\nsuite | stable",
+        "3.1. Which distribution?\n\nStable is for servers.\n\n| suite | stable |\n| --- | --- |",
         "3.2. Why testing?\n\nTesting gets newer packages.",
     ]
     assert blocks[0].section == "Chapter 3. Choosing a distribution › 3.1. Which distribution?"
@@ -215,3 +217,20 @@ def test_lists_of_links_inside_prose_are_kept(tmp_path: Path) -> None:
 def test_a_page_that_is_only_a_heading_keeps_it(tmp_path: Path) -> None:
     blocks = parse_html(make_html(tmp_path / "p.html", "<h1>Just a title</h1>", chrome=False))
     assert [b.text for b in blocks] == ["Just a title"]
+
+
+def test_tables_are_markdown_rows_with_spans_nested_tables_and_pipes(tmp_path: Path) -> None:
+    body = (
+        "<h1>Prices</h1><table><caption>Tea</caption>"
+        "<tr><th>Item</th><th>Price | EUR</th></tr>"
+        "<tr><td>Green<br>tea</td><td>3</td></tr>"
+        "<tr><td colspan='2'>Total <b>3</b></td></tr>"
+        "<tr><td><table><tr><td>in</td><td>ner</td></tr></table></td><td>x</td></tr>"
+        "</table><p>After the table.</p>"
+    )
+    (block,) = parse_html(make_html(tmp_path / "t.html", body, chrome=False))
+    assert block.text == (
+        "Prices\n\nTea\n\n"
+        "| Item | Price \\| EUR |\n| --- | --- |\n| Green tea | 3 |\n| Total 3 |  |\n"
+        "| in ner | x |\n\nAfter the table."
+    )

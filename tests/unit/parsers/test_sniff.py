@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from knowledgeops.ingest.parsers.base import ContentType
-from knowledgeops.ingest.parsers.sniff import SNIFF_BYTES, describe_unsupported, sniff
+from knowledgeops.ingest.parsers.sniff import SNIFF_BYTES, describe_unsupported, read_tail, sniff
 from tests.fixtures.documents import (
     CHINESE_TEXT,
     LATIN1_TEXT,
@@ -20,6 +20,7 @@ from tests.fixtures.documents import (
     make_png,
     make_random_bytes,
 )
+from tests.fixtures.office import make_epub, make_pptx, make_xlsx
 
 
 def head(path: Path) -> bytes:
@@ -66,12 +67,59 @@ def test_other_zip_packages_are_refused() -> None:
     plain = zip_bytes(["a.txt", "b.txt"])
     assert sniff(plain, "archive.zip") is None
     assert describe_unsupported(plain, "archive.zip") == "a ZIP archive"
-    xlsx = zip_bytes(["[Content_Types].xml", "xl/workbook.xml"])
-    assert sniff(xlsx, "book.xlsx") is None
-    assert describe_unsupported(xlsx, "book.xlsx") == "an Excel spreadsheet"
-    pptx = zip_bytes(["[Content_Types].xml", "ppt/presentation.xml"])
-    assert sniff(pptx, "deck.pptx") is None
-    assert describe_unsupported(pptx, "deck.pptx") == "a PowerPoint presentation"
+
+
+def test_office_packages_and_books_are_told_apart_by_their_parts(tmp_path: Path) -> None:
+    pptx = make_pptx(tmp_path / "deck.pptx")
+    xlsx = make_xlsx(tmp_path / "book.xlsx")
+    epub = make_epub(tmp_path / "novel.epub")
+    for path, kind in (
+        (pptx, ContentType.PPTX),
+        (xlsx, ContentType.XLSX),
+        (epub, ContentType.EPUB),
+    ):
+        # whatever the name, and from the central directory when the first bytes do not say
+        assert sniff(head(path), "upload.bin", None, read_tail(path)) == kind
+        assert sniff(head(path)[:30], "upload", None, read_tail(path)) == kind
+    assert (
+        sniff(zip_bytes(["[Content_Types].xml", "ppt/presentation.xml"]), "x") == ContentType.PPTX
+    )
+    assert sniff(zip_bytes(["[Content_Types].xml", "xl/workbook.xml"]), "x") == ContentType.XLSX
+    # a package whose parts do not say goes by its name to the parser, which checks it fully
+    unknown = zip_bytes(["data.bin"])
+    assert sniff(unknown, "deck.pptx") == ContentType.PPTX
+    assert sniff(unknown, "book.xlsm") == ContentType.XLSX
+    assert sniff(unknown, "novel.epub") == ContentType.EPUB
+
+
+def test_mail_is_a_block_of_mail_headers_and_an_mbox_starts_with_from() -> None:
+    message = b"Received: by mx\r\nFrom: a@b.org\r\nTo: c@d.org\r\nSubject: Hi\r\n\r\nBody\r\n"
+    assert sniff(message, "message") == ContentType.EMAIL
+    assert sniff(message, "message.eml") == ContentType.EMAIL
+    folded = b"Subject: a long\n subject line\nFrom: a@b.org\nDate: Mon\n\nBody"
+    assert sniff(folded, "x") == ContentType.EMAIL
+    assert sniff(b"From a@b.org Mon Jan  1 00:00:00 2024\nFrom: a@b.org\n\nHi\n", "x") == (
+        ContentType.MBOX
+    )
+    assert sniff(message, "box.mbox") == ContentType.MBOX
+    # a name that says e-mail lets one known field do; without one it takes three
+    assert sniff(b"Subject: Hi\n\nBody", "note.eml") == ContentType.EMAIL
+    assert sniff(b"Subject: Hi\nDate: Mon\n\nBody", "note") == ContentType.TEXT
+    # front matter of a post, text that starts with a colon phrase: not mail
+    assert sniff(b"Title: Post\nDate: 2020\nFrom: me\n\n# Hello", "post.md") == (
+        ContentType.MARKDOWN
+    )
+    assert sniff(b"Note: this is text\nand more of it\n", "x") == ContentType.TEXT
+    assert sniff(message, "message.txt") == ContentType.TEXT
+
+
+def test_csv_is_decided_by_extension_or_declared_type() -> None:
+    table = b"name,city\nAda,Paris\n"
+    assert sniff(table, "t.csv") == ContentType.CSV
+    assert sniff(table, "t.tsv") == ContentType.CSV
+    assert sniff(table, "t", "text/csv; charset=utf-8") == ContentType.CSV
+    assert sniff(table, "t") == ContentType.TEXT
+    assert sniff(b"\x00\x01\x02binary" * 50, "t.csv") is None
 
 
 def test_ole2_files_are_refused_as_legacy_or_encrypted_office(tmp_path: Path) -> None:

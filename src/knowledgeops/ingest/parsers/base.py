@@ -16,16 +16,23 @@ class ContentType:
     HTML = "text/html"
     MARKDOWN = "text/markdown"
     TEXT = "text/plain"
+    PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+    XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+    CSV = "text/csv"
+    EPUB = "application/epub+zip"
+    EMAIL = "message/rfc822"
+    MBOX = "application/mbox"
 
-    ALL = (PDF, DOCX, HTML, MARKDOWN, TEXT)
+    ALL = (PDF, DOCX, HTML, MARKDOWN, TEXT, PPTX, XLSX, CSV, EPUB, EMAIL, MBOX)
 
 
 @dataclass(frozen=True, slots=True)
 class Block:
     """A run of text in reading order, with where it came from.
 
-    `page` is 1-based and set only for paged formats (PDF). `section` is the heading path
-    ("Chapter 4 › Ownership") where the format has headings, else None.
+    `page` is 1-based and set only for paged formats (a PDF's page, a presentation's slide).
+    `section` is the heading path ("Chapter 4 › Ownership") where the format has headings, else
+    None.
     """
 
     text: str

@@ -8,7 +8,6 @@ and reading `Paragraph.text`, and yields the same text.
 from __future__ import annotations
 
 import re
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,28 +21,31 @@ from knowledgeops.errors import PermanentError, UserActionRequired
 from knowledgeops.ingest.parsers.base import Block, ContentType
 from knowledgeops.ingest.parsers.limits import MB
 from knowledgeops.ingest.parsers.limits import current as current_limits
-from knowledgeops.ingest.parsers.sections import LINE, PARAGRAPH, SectionBuilder
+from knowledgeops.ingest.parsers.package import open_package
+from knowledgeops.ingest.parsers.sections import (
+    LINE,
+    PARAGRAPH,
+    SectionBuilder,
+    table_cell,
+    table_lines,
+)
 
-OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 DOCUMENT_PART = "word/document.xml"
+KIND = "Word document"
 
 MAX_DOCUMENT_XML_BYTES = 200 * 1024 * 1024
-"""Refuse a word/document.xml that inflates to more than this (or than the package limit)."""
-RATIO_CHECK_MIN_BYTES = 1024 * 1024
-"""A part that inflates more than `max_zip_ratio` times (real documents stay far below 50) is
-refused once it inflates to at least this much (tiny parts may compress extremely well).
-The package limit (all parts inflated) and the ratio are KOPS_MAX_UNZIPPED_MB and
-KOPS_MAX_ZIP_RATIO (parsers/limits.py): python-docx loads every part."""
-
-ENCRYPTED_MESSAGE = (
-    "The Word document is password-protected (or is an old binary .doc file). Remove the "
-    "password, or open it in Word or LibreOffice and save it as .docx, then upload it again."
-)
+"""Refuse a word/document.xml that inflates to more than this (or than the package limit). The
+package limit (all parts inflated) and the ratio of one part are KOPS_MAX_UNZIPPED_MB and
+KOPS_MAX_ZIP_RATIO, checked by package.py before anything is inflated: python-docx loads every
+part."""
+MAX_GRID_SPAN = 64  # columns one cell may span (Word allows 63)
 
 _W_P = qn("w:p")
 _W_TBL = qn("w:tbl")
 _W_TR = qn("w:tr")
 _W_TC = qn("w:tc")
+_W_TCPR = qn("w:tcPr")
+_W_GRID_SPAN = qn("w:gridSpan")
 _W_R = qn("w:r")
 _W_T = qn("w:t")
 _W_TAB = qn("w:tab")
@@ -78,47 +80,15 @@ _CODE_NAME = re.compile(r"preformatted|code|source|listing|plain text|macro", re
 
 def _check_package(path: Path) -> None:
     """Cheap checks before python-docx inflates anything: encryption, zip, size, zip bombs."""
-    with path.open("rb") as fh:
-        magic = fh.read(len(OLE2_MAGIC))
-    if magic == OLE2_MAGIC:
-        raise UserActionRequired(ENCRYPTED_MESSAGE, code="docx_encrypted")
-    try:
-        with zipfile.ZipFile(path) as archive:
-            members = archive.infolist()
-    except zipfile.BadZipFile as exc:
-        raise PermanentError(
-            "The file is not a valid DOCX (it is not a ZIP package); it may be damaged or "
-            "not a Word document. Save it again as .docx and upload the new copy.",
-            code="corrupt_file",
-        ) from exc
-    document = next((m for m in members if m.filename == DOCUMENT_PART), None)
-    if document is None:
-        raise PermanentError(
-            "The file is not a valid DOCX: it has no word/document.xml. Save it again as "
-            ".docx and upload the new copy.",
-            code="corrupt_file",
-        )
-    limits = current_limits()
-    inflated = sum(m.file_size for m in members)
-    if document.file_size > min(MAX_DOCUMENT_XML_BYTES, limits.max_unzipped_bytes) or (
-        inflated > limits.max_unzipped_bytes
-    ):
-        raise UserActionRequired(
-            f"The Word document expands to {inflated / MB:,.0f} MB when unpacked; this server "
-            f"accepts at most {limits.max_unzipped_mb:g} MB (KOPS_MAX_UNZIPPED_MB). Split it "
-            "into smaller documents, or remove large embedded images and objects.",
-            code="too_large",
-        )
-    for member in members:
-        if member.file_size >= RATIO_CHECK_MIN_BYTES and member.file_size > (
-            limits.max_zip_ratio * max(member.compress_size, 1)
-        ):
-            raise PermanentError(
-                f"The Word document holds a part ({member.filename}) that expands "
-                f"{member.file_size / max(member.compress_size, 1):,.0f} times, more than "
-                f"{limits.max_zip_ratio:g} (KOPS_MAX_ZIP_RATIO): it looks like a ZIP bomb and "
-                "was not opened.",
-                code="zip_bomb",
+    with open_package(path, KIND, ".docx", required=(DOCUMENT_PART,)) as archive:
+        document = archive.getinfo(DOCUMENT_PART)
+        limits = current_limits()
+        if document.file_size > min(MAX_DOCUMENT_XML_BYTES, limits.max_unzipped_bytes):
+            raise UserActionRequired(
+                f"The Word document's text part expands to {document.file_size / MB:,.0f} MB; "
+                f"this server reads at most {MAX_DOCUMENT_XML_BYTES / MB:g} MB of it. Split it "
+                "into smaller documents.",
+                code="too_large",
             )
 
 
@@ -211,14 +181,26 @@ def _is_numbered(p: Any) -> bool:
     return ppr is not None and ppr.find(_W_NUMPR) is not None
 
 
-def _table_rows(tbl: Any) -> Iterator[str]:
+def _table_rows(tbl: Any) -> list[str]:
+    """The table as Markdown rows; a cell spanning columns (gridSpan) keeps the columns below it
+    aligned with empty cells after it."""
+    rows: list[list[str]] = []
     for tr in tbl.iterchildren(_W_TR):
         cells: list[str] = []
         for tc in tr.iterchildren(_W_TC):
-            text = " ".join(_paragraph_text(p) for p in tc.iter(_W_P))
-            cells.append(" ".join(text.split()))
-        if any(cells):
-            yield " | ".join(cells)
+            cells.append(table_cell(" ".join(_paragraph_text(p) for p in tc.iter(_W_P))))
+            cells.extend([""] * (_grid_span(tc) - 1))
+        rows.append(cells)
+    return table_lines(rows)
+
+
+def _grid_span(tc: Any) -> int:
+    tcpr = tc.find(_W_TCPR)
+    span = tcpr.find(_W_GRID_SPAN) if tcpr is not None else None
+    try:
+        return max(1, min(int(span.get(_W_VAL)), MAX_GRID_SPAN)) if span is not None else 1
+    except (TypeError, ValueError):
+        return 1
 
 
 class _Walker:

@@ -19,7 +19,13 @@ from knowledgeops.ingest.parsers.encoding import (
 )
 from knowledgeops.ingest.parsers.limits import MB
 from knowledgeops.ingest.parsers.limits import current as current_limits
-from knowledgeops.ingest.parsers.sections import LINE, PARAGRAPH, SectionBuilder
+from knowledgeops.ingest.parsers.sections import (
+    LINE,
+    PARAGRAPH,
+    SectionBuilder,
+    table_cell,
+    table_lines,
+)
 
 META_SCAN_BYTES = 4096
 """How far into the file a <meta charset> is looked for."""
@@ -137,6 +143,7 @@ LINE_TAGS = frozenset(
 )
 HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 CELLS = frozenset({"td", "th"})
+MAX_COLSPAN = 64  # columns one cell may span in a Markdown row (HTML allows 1000)
 
 _META_CHARSET = re.compile(
     rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE
@@ -185,17 +192,19 @@ class _Extractor:
         self.pre_depth = 0
         self.cell_depth = 0
         self.sectioning_depth = 0
-        self.rows: list[int] = []  # cells seen so far in each open table row
+        self.tables: list[list[list[str]]] = []  # the rows of each open table, cells as text
         self.lists: list[int | None] = []  # next number for each open list (None: bullets)
 
     # -- text collection ---------------------------------------------------------------------
     def _flush(self) -> None:
         if not self.parts:
             return
+        if self.cell_depth:
+            return  # a cell's text is taken when the cell ends
         text = " ".join("".join(self.parts).split())
         self.parts = []
-        if not text.replace("|", "").strip():
-            return  # nothing, or the borders of a table row whose cells are empty
+        if not text.strip():
+            return
         text = self.prefix + text
         self.prefix = ""
         self._emit(text)
@@ -210,6 +219,16 @@ class _Extractor:
             return
         self._flush()
         self.pending = _strength(self.pending, separator)
+
+    def _end_cell(self, span: int) -> None:
+        """A cell of the open table's last row ends: its text becomes the row's next cell (a
+        cell outside any <tr>, or a table outside any <table>, is text like any other)."""
+        text = table_cell("".join(self.parts))
+        self.parts = []
+        if self.tables and self.tables[-1]:
+            self.tables[-1][-1].extend([text] + [""] * (span - 1))
+        elif text:
+            self._emit(text)
 
     # -- the walk ----------------------------------------------------------------------------
     def walk(self, root: LexborNode) -> Iterator[Block]:
@@ -282,15 +301,20 @@ class _Extractor:
                 self.pre_depth += 1
             return True
         if tag in CELLS:
-            if self.rows and self.rows[-1]:
-                self.parts.append(" | ")
-            if self.rows:
-                self.rows[-1] += 1
+            if self.cell_depth:
+                self.parts.append(" ")  # a cell of a table inside a cell
+            else:
+                self._flush()  # text in a row but outside its cells stays before the table
             self.cell_depth += 1
             return True
         if tag == "tr":
             self._boundary(LINE)
-            self.rows.append(0)
+            if self.tables and not self.cell_depth:
+                self.tables[-1].append([])
+            return True
+        if tag == "table" and not self.cell_depth:
+            self._boundary(PARAGRAPH)
+            self.tables.append([])
             return True
         if tag in ("ul", "ol", "menu"):
             self._boundary(PARAGRAPH)
@@ -332,10 +356,17 @@ class _Extractor:
             return
         if tag in CELLS:
             self.cell_depth -= 1
+            if not self.cell_depth:
+                self._end_cell(_colspan(node))
         elif tag == "tr":
-            if self.rows:
-                self.rows.pop()
             self._boundary(LINE)
+        elif tag == "table" and not self.cell_depth and self.tables:
+            rows = self.tables.pop()
+            self._boundary(PARAGRAPH)
+            lines = table_lines(rows)
+            if lines:
+                self._emit(LINE.join(lines))
+            self.pending = PARAGRAPH
         elif tag in ("ul", "ol", "menu"):
             if self.lists:
                 self.lists.pop()
@@ -347,6 +378,15 @@ class _Extractor:
             self._boundary(PARAGRAPH)
         elif tag in LINE_TAGS:
             self._boundary(LINE)
+
+
+def _colspan(node: LexborNode) -> int:
+    """The columns a cell spans (1 when absent or unreadable; at most MAX_COLSPAN)."""
+    value = node.attributes.get("colspan")
+    try:
+        return max(1, min(int(value), MAX_COLSPAN)) if value else 1
+    except ValueError:
+        return 1
 
 
 def _list_start(node: LexborNode) -> int:
@@ -373,14 +413,29 @@ def _content_root(tree: LexborHTMLParser) -> LexborNode | None:
     return body if body is not None else tree.root
 
 
-def extract_blocks(tree: LexborHTMLParser) -> Iterator[Block]:
-    """Blocks of readable text of a parsed HTML document, one or more per section."""
+def extract_blocks(tree: LexborHTMLParser, title: str | None = None) -> Iterator[Block]:
+    """Blocks of readable text of a parsed HTML document, one or more per section; `title` (an
+    e-book's chapter title) heads the section path of every block."""
     root = _content_root(tree)
     if root is None:
         return
     skip_ids = {node.mem_id for node in root.css(SKIP_SELECTOR)}
     skip_ids.update(node.mem_id for node in root.css(LINK_LISTS) if _is_navigation(node))
-    yield from _Extractor(skip_ids).walk(root)
+    extractor = _Extractor(skip_ids)
+    if title:
+        extractor.ready.extend(extractor.out.heading(0, title))
+    yield from extractor.walk(root)
+
+
+def parse_html_bytes(
+    data: bytes, title: str | None = None, encoding: str | None = None
+) -> Iterator[Block]:
+    """The blocks of an HTML page held in memory (an e-book's chapter, an e-mail's HTML part),
+    in `encoding` when it is known (an e-mail part's charset), else found as for a file."""
+    if encoding is None:
+        encoding = html_encoding(data[:SAMPLE_SIZE], complete=len(data) <= SAMPLE_SIZE)
+    tree = LexborHTMLParser(data if encoding == "utf-8" else decode_bytes(data, encoding))
+    return extract_blocks(tree, title)
 
 
 def _is_navigation(node: LexborNode) -> bool:
@@ -408,11 +463,4 @@ class HtmlParser:
                 "or save the article's text alone.",
                 code="html_too_large",
             )
-        data = path.read_bytes()
-        encoding = html_encoding(data[:SAMPLE_SIZE], complete=len(data) <= SAMPLE_SIZE)
-        if encoding == "utf-8":
-            tree = LexborHTMLParser(data)
-        else:
-            tree = LexborHTMLParser(decode_bytes(data, encoding))
-        del data
-        yield from extract_blocks(tree)
+        yield from parse_html_bytes(path.read_bytes())

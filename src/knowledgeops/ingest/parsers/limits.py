@@ -1,6 +1,7 @@
-"""What one document may cost to parse: pages, inflated size, HTML size, text, chunks, time and
-memory. Set from settings (KOPS_MAX_PDF_PAGES …); a document over a limit fails as
-`user_action_required` with a message that names the limit and what to do.
+"""What one document may cost to parse: pages, inflated size, HTML size, sheet rows and cells,
+e-mail nesting and attachments, text, chunks, time and memory. Set from settings
+(KOPS_MAX_PDF_PAGES …); a document over a limit fails as `user_action_required` with a message
+that names the limit and what to do.
 
 Parsers read the limits in force with `current()`: a context variable, so each worker thread (and
 each parser process, see isolated.py) has its own.
@@ -22,6 +23,10 @@ class ParseLimits:
     max_unzipped_mb: float = 1_024.0  # a DOCX package's parts, inflated, in all
     max_zip_ratio: float = 200.0  # a part inflating more than this many times is a zip bomb
     max_html_mb: float = 64.0
+    max_sheet_rows: int = 1_048_576  # rows of one sheet or CSV file (Excel's own maximum)
+    max_sheet_cells: int = 20_000_000  # cells of one spreadsheet or CSV file, in all
+    max_mime_depth: int = 10  # e-mail parts inside parts (forwarded mail, attachments)
+    max_attachments: int = 200  # attachments of one e-mail, or of all messages of an mbox
     max_text_chars: int = 50_000_000  # text of one document after cleaning
     max_chunks: int = 100_000  # chunks of one document
     parse_timeout_s: float = 600.0  # time spent waiting on the parser for one document

@@ -12,15 +12,32 @@ from pathlib import Path
 
 from knowledgeops.errors import JobError, PermanentError
 from knowledgeops.ingest.parsers.base import Block, ContentType, Parser
+from knowledgeops.ingest.parsers.delimited import CsvParser
 from knowledgeops.ingest.parsers.docx import DocxParser
+from knowledgeops.ingest.parsers.epub import EpubParser
 from knowledgeops.ingest.parsers.html import HtmlParser
+from knowledgeops.ingest.parsers.mail import EmailParser, MboxParser
 from knowledgeops.ingest.parsers.markdown import MarkdownParser
 from knowledgeops.ingest.parsers.pdf import PdfParser
+from knowledgeops.ingest.parsers.pptx import PptxParser
 from knowledgeops.ingest.parsers.text import TextParser
+from knowledgeops.ingest.parsers.xlsx import XlsxParser
 
 _PARSERS: dict[str, Parser] = {
     parser.content_type: parser
-    for parser in (PdfParser(), DocxParser(), HtmlParser(), MarkdownParser(), TextParser())
+    for parser in (
+        PdfParser(),
+        DocxParser(),
+        HtmlParser(),
+        MarkdownParser(),
+        TextParser(),
+        PptxParser(),
+        XlsxParser(),
+        CsvParser(),
+        EpubParser(),
+        EmailParser(),
+        MboxParser(),
+    )
 }
 
 KIND_NAMES = {
@@ -29,6 +46,12 @@ KIND_NAMES = {
     ContentType.HTML: "HTML",
     ContentType.MARKDOWN: "Markdown",
     ContentType.TEXT: "text",
+    ContentType.PPTX: "a PowerPoint presentation",
+    ContentType.XLSX: "an Excel workbook",
+    ContentType.CSV: "CSV",
+    ContentType.EPUB: "an EPUB e-book",
+    ContentType.EMAIL: "an e-mail message",
+    ContentType.MBOX: "a mailbox",
 }
 
 _MAX_REASON_CHARS = 200

@@ -15,6 +15,34 @@ PARAGRAPH = "\n\n"
 LINE = "\n"
 
 
+def table_cell(text: str) -> str:
+    """A cell's text on one line, its pipes escaped, for a Markdown table row."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def table_lines(rows: list[list[str]]) -> list[str]:
+    """Rows of cells (already `table_cell`ed) as Markdown table lines: the first row a header,
+    then its rule, then the others, every row padded to the widest one. Rows with no text are
+    dropped; a table of a single column (a layout table, a boxed note) is plain lines."""
+    rows = [row for row in rows if any(row)]
+    if not rows:
+        return []
+    width = max(len(row) for row in rows)
+    if width == 1:
+        return [row[0] for row in rows]
+    lines = [table_row(row + [""] * (width - len(row))) for row in rows]
+    lines.insert(1, table_rule(width))
+    return lines
+
+
+def table_row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def table_rule(columns: int) -> str:
+    return "|" + " --- |" * columns
+
+
 def split_long_text(text: str, limit: int) -> list[str]:
     """Cut `text` into pieces of at most `limit` chars, at a line end or space where possible."""
     pieces: list[str] = []

@@ -1,15 +1,18 @@
 """Content sniffing: which `ContentType` an upload really is, from its first bytes and its name.
 
-Magic bytes win over the file name: a PDF named .txt is a PDF, a PNG named .pdf is refused. The
-name (or the declared type) only decides between kinds of text: Markdown vs plain text, and HTML for
-.html files that do not start like an HTML document.
+Magic bytes win over the file name: a PDF named .txt is a PDF, a PNG named .pdf is refused. A ZIP
+package is told apart by the parts it names (word/, ppt/, xl/, an EPUB's mimetype), looked for in
+its first bytes and in its last (`tail`: the central directory lists every part), then by its
+extension. An e-mail is text that starts with a block of mail headers (or an mbox's "From "
+line). The name (or the declared type) otherwise only decides between kinds of text: Markdown,
+CSV or plain text, and HTML for .html files that do not start like an HTML document.
 """
 
 from __future__ import annotations
 
 import codecs
 import re
-from pathlib import PurePath
+from pathlib import Path, PurePath
 
 import charset_normalizer
 
@@ -18,6 +21,8 @@ from knowledgeops.ingest.parsers.encoding import bom_encoding
 
 SNIFF_BYTES = 8 * 1024
 """How many leading bytes `sniff` needs (it reads no more than this of `head`)."""
+TAIL_BYTES = 256 * 1024
+"""How many trailing bytes of a ZIP package `sniff` looks through for the names of its parts."""
 
 PDF_MAGIC = b"%PDF-"
 PDF_JUNK_ALLOWANCE = 1024
@@ -28,6 +33,54 @@ MARKDOWN_EXTENSIONS = frozenset({".md", ".markdown", ".mdown", ".mkd"})
 HTML_EXTENSIONS = frozenset({".html", ".htm", ".xhtml"})
 MARKDOWN_TYPES = frozenset({"text/markdown", "text/x-markdown"})
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+CSV_EXTENSIONS = frozenset({".csv", ".tsv", ".tab"})
+CSV_TYPES = frozenset({"text/csv", "text/tab-separated-values", "application/csv"})
+MAIL_EXTENSIONS = frozenset({".eml", ".mbox", ".mbx"})
+MAIL_TYPES = frozenset({"message/rfc822", "application/mbox"})
+# names that say a file is text of another kind, whatever headers it starts with
+NOT_MAIL_EXTENSIONS = MARKDOWN_EXTENSIONS | HTML_EXTENSIONS | CSV_EXTENSIONS | {".txt", ".text"}
+
+# A ZIP package's kind by a part only it has, in the order they are told apart (a Word document
+# may embed a workbook, whose parts sit under word/embeddings/).
+_ZIP_PARTS: tuple[tuple[bytes, str], ...] = (
+    (b"word/document.xml", ContentType.DOCX),
+    (b"ppt/presentation.xml", ContentType.PPTX),
+    (b"xl/workbook.xml", ContentType.XLSX),
+    (b"META-INF/container.xml", ContentType.EPUB),
+)
+_ZIP_EXTENSIONS = {
+    ".docx": ContentType.DOCX,
+    ".docm": ContentType.DOCX,
+    ".pptx": ContentType.PPTX,
+    ".pptm": ContentType.PPTX,
+    ".xlsx": ContentType.XLSX,
+    ".xlsm": ContentType.XLSX,
+    ".epub": ContentType.EPUB,
+}
+_EPUB_MIMETYPE = b"mimetypeapplication/epub+zip"
+
+# RFC 5322 header fields that start e-mail messages (lower case)
+_MAIL_FIELDS = frozenset(
+    {
+        b"from",
+        b"to",
+        b"cc",
+        b"subject",
+        b"date",
+        b"message-id",
+        b"mime-version",
+        b"received",
+        b"return-path",
+        b"delivered-to",
+        b"reply-to",
+        b"sender",
+        b"in-reply-to",
+        b"references",
+        b"content-type",
+    }
+)
+_FIELD = re.compile(rb"\A([!-9;-~]{1,76}):")
+_MIN_MAIL_FIELDS = 3  # without a name that says so, a header block needs this many known fields
 
 # (magic at offset 0, phrase for a person). These never start a text file, so they are checked
 # before any text detection.
@@ -111,16 +164,51 @@ def _is_pdf(head: bytes) -> bool:
     return PDF_MAGIC in head[: PDF_JUNK_ALLOWANCE + len(PDF_MAGIC)]
 
 
-def _is_zip(head: bytes) -> bool:
+def is_zip(head: bytes) -> bool:
     return head.startswith(ZIP_MAGICS)
 
 
-def _zip_is_docx(head: bytes, extension: str) -> bool:
-    if extension == ".docx" or b"word/" in head:
-        return True
-    if b"xl/" in head or b"ppt/" in head:
-        return False  # a spreadsheet or a presentation
-    return b"[Content_Types].xml" in head
+def zip_kind(head: bytes, tail: bytes, extension: str) -> str | None:
+    """The kind of a ZIP package from the parts it names (in its first bytes or its central
+    directory at the end), else from its extension; None for any other ZIP archive."""
+    if head[30 : 30 + len(_EPUB_MIMETYPE)] == _EPUB_MIMETYPE:
+        return ContentType.EPUB
+    for part, kind in _ZIP_PARTS:
+        if part in head or part in tail:
+            return kind
+    return _ZIP_EXTENSIONS.get(extension)
+
+
+def _mail_kind(text: bytes, extension: str, declared: str) -> str | None:
+    """EMAIL or MBOX when the text starts with a block of mail headers; a name or declared type
+    that says e-mail lets fewer known fields do."""
+    if extension in NOT_MAIL_EXTENSIONS:
+        return None
+    named = extension in MAIL_EXTENSIONS or declared in MAIL_TYPES
+    lines = text.lstrip(b"\r\n").split(b"\n")
+    mbox = lines[0].startswith(b"From ")
+    if mbox:
+        lines = lines[1:]
+    known = 0
+    fields = 0
+    for raw in lines[:-1]:  # the last line may be cut off by the sniff limit
+        line = raw.rstrip(b"\r")
+        if not line:
+            break  # the end of the header block
+        if line[:1] in (b" ", b"\t"):
+            if not fields:
+                return None
+            continue  # a folded header line
+        match = _FIELD.match(line)
+        if match is None:
+            return None
+        fields += 1
+        known += match.group(1).lower() in _MAIL_FIELDS
+    if known == 0 or (not named and not mbox and known < _MIN_MAIL_FIELDS):
+        return None
+    if mbox or extension in (".mbox", ".mbx") or declared == "application/mbox":
+        return ContentType.MBOX
+    return ContentType.EMAIL
 
 
 def _is_text(head: bytes) -> bool:
@@ -154,28 +242,44 @@ def _looks_like_html(head: bytes) -> bool:
     return _HTML_START.match(start) is not None
 
 
-def sniff(head: bytes, file_name: str, declared_type: str | None = None) -> str | None:
+def read_tail(path: Path) -> bytes:
+    """The last `TAIL_BYTES` of a file, for `sniff`."""
+    with path.open("rb") as fh:
+        fh.seek(0, 2)
+        fh.seek(max(0, fh.tell() - TAIL_BYTES))
+        return fh.read(TAIL_BYTES)
+
+
+def sniff(
+    head: bytes, file_name: str, declared_type: str | None = None, tail: bytes = b""
+) -> str | None:
     """The canonical content type of an upload, or None when it cannot be parsed.
 
     `head` is the first bytes of the file (up to `SNIFF_BYTES` are looked at), `file_name` the
-    name it was uploaded with and `declared_type` the client's Content-Type, if any.
+    name it was uploaded with and `declared_type` the client's Content-Type, if any; `tail` the
+    last bytes (`read_tail`), which only a ZIP package needs.
     """
     head = head[:SNIFF_BYTES]
     extension = _extension(file_name)
     declared = _declared(declared_type)
     if _is_pdf(head):
         return ContentType.PDF
-    if _is_zip(head):
-        return ContentType.DOCX if _zip_is_docx(head, extension) else None
+    if is_zip(head):
+        return zip_kind(head, tail[-TAIL_BYTES:], extension)
     if head.startswith(OLE2_MAGIC) or _binary_kind(head) is not None:
         return None
     if not _is_text(head):
         return None
     text = _text_head(head)
+    mail = _mail_kind(text, extension, declared)
+    if mail is not None:
+        return mail
     if _looks_like_html(text):
         return ContentType.HTML
     if (extension in HTML_EXTENSIONS or declared in HTML_TYPES) and _ANY_TAG.search(text):
         return ContentType.HTML
+    if extension in CSV_EXTENSIONS or declared in CSV_TYPES:
+        return ContentType.CSV
     if extension in MARKDOWN_EXTENSIONS or declared in MARKDOWN_TYPES:
         return ContentType.MARKDOWN
     return ContentType.TEXT
@@ -186,11 +290,7 @@ def describe_unsupported(head: bytes, file_name: str) -> str:
     head = head[:SNIFF_BYTES]
     if head.startswith(OLE2_MAGIC):
         return "a legacy .doc or password-protected Office file"
-    if _is_zip(head):
-        if b"xl/" in head:
-            return "an Excel spreadsheet"
-        if b"ppt/" in head:
-            return "a PowerPoint presentation"
+    if is_zip(head):
         return "a ZIP archive"
     kind = _binary_kind(head) or _weak_binary_kind(head)
     if kind is not None:
