@@ -240,7 +240,7 @@ def wait_done(client: TestClient, job_id: str, timeout: float = 30) -> dict[str,
 
 def wait_completed(client: TestClient, job_id: str, timeout: float = 30) -> dict[str, Any]:
     job = wait_done(client, job_id, timeout)
-    assert job["status"] == "completed", job
+    assert job["status"] == "completed", (job.get("errorCode"), job.get("error"))
     return job
 
 

@@ -3,8 +3,9 @@ classified error (a `JobError` with a code and a message), never another excepti
 a hang (each example has a deadline).
 
 Inputs: random bytes, and valid documents of each format mutated (bytes flipped, cut, inserted,
-repeated); for DOCX also valid ZIP packages whose XML part is mutated, so the XML reader is
-reached. The outcomes are counted and printed (`pytest -s tests/fuzz`).
+repeated); for the ZIP formats (DOCX, PPTX, XLSX, EPUB) also valid packages whose XML parts are
+mutated, so the XML readers are reached. The outcomes are counted and printed
+(`pytest -s tests/fuzz`).
 
 Short in CI (KOPS_FUZZ_EXAMPLES, default 150 per format); a long run:
     KOPS_FUZZ_EXAMPLES=5000 pytest -s tests/fuzz
@@ -31,6 +32,15 @@ from knowledgeops.ingest.parsers.base import Block, ContentType
 from knowledgeops.ingest.parsers.limits import ParseLimits
 from knowledgeops.ingest.parsers.registry import parse
 from tests.fixtures.documents import make_docx, make_html, make_markdown, make_pdf, make_text
+from tests.fixtures.office import (
+    make_csv,
+    make_eml,
+    make_epub,
+    make_mbox,
+    make_pptx,
+    make_xlsx,
+    simple_message,
+)
 
 EXAMPLES = int(os.environ.get("KOPS_FUZZ_EXAMPLES", "150"))
 DEADLINE_MS = 10_000  # per example: a parse that takes longer is a hang
@@ -62,6 +72,20 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
         ContentType.TEXT: make_text(
             root / "s.txt", "Plain text.\n\nCafé crème, 中文.\n"
         ).read_bytes(),
+        ContentType.PPTX: make_pptx(root / "s.pptx").read_bytes(),
+        ContentType.XLSX: make_xlsx(root / "s.xlsx").read_bytes(),
+        ContentType.CSV: make_csv(
+            root / "s.csv", [["Name", "Note"], ["Zoë", 'a "quoted", value'], ["中文", "x\ny"]]
+        ).read_bytes(),
+        ContentType.EPUB: make_epub(root / "s.epub").read_bytes(),
+        ContentType.EMAIL: make_eml(root / "s.eml").read_bytes(),
+        ContentType.MBOX: make_mbox(
+            root / "s.mbox",
+            [
+                simple_message("One", "First body."),
+                simple_message("Two", "<p>Second</p>", html=True),
+            ],
+        ).read_bytes(),
     }
 
 
@@ -85,12 +109,12 @@ def mutated(draw: st.DrawFn, seed: bytes) -> bytes:
     return bytes(data)
 
 
-def docx_with_xml(seed: bytes, xml: bytes) -> bytes:
-    """The seed package with word/document.xml replaced (a valid ZIP around broken XML)."""
+def package_with_part(seed: bytes, part: str, xml: bytes) -> bytes:
+    """The seed package with `part` replaced (a valid ZIP around broken XML)."""
     out = io.BytesIO()
     with zipfile.ZipFile(io.BytesIO(seed)) as original, zipfile.ZipFile(out, "w") as archive:
         for item in original.infolist():
-            data = xml if item.filename == "word/document.xml" else original.read(item.filename)
+            data = xml if item.filename == part else original.read(item.filename)
             archive.writestr(item.filename, data)
     return out.getvalue()
 
@@ -129,8 +153,24 @@ NAMES = {
     ContentType.HTML: "html",
     ContentType.MARKDOWN: "markdown",
     ContentType.TEXT: "text",
+    ContentType.PPTX: "pptx",
+    ContentType.XLSX: "xlsx",
+    ContentType.CSV: "csv",
+    ContentType.EPUB: "epub",
+    ContentType.EMAIL: "eml",
+    ContentType.MBOX: "mbox",
 }
 FORMATS = list(NAMES)
+# the XML part of each package format that its parser reads most of
+PACKAGE_PARTS = [
+    (ContentType.DOCX, "word/document.xml"),
+    (ContentType.PPTX, "ppt/slides/slide2.xml"),
+    (ContentType.PPTX, "ppt/presentation.xml"),
+    (ContentType.XLSX, "xl/worksheets/sheet1.xml"),
+    (ContentType.XLSX, "xl/workbook.xml"),
+    (ContentType.EPUB, "OEBPS/content.opf"),
+    (ContentType.EPUB, "OEBPS/text/chapter2.xhtml"),
+]
 
 
 @pytest.mark.parametrize("content_type", FORMATS, ids=NAMES.get)
@@ -166,18 +206,24 @@ def test_random_bytes_give_chunks_or_a_classified_error(
     _report(tally)
 
 
-def test_docx_with_mutated_xml_gives_chunks_or_a_classified_error(
-    seeds: dict[str, bytes], tokenizer: HFTokenizer, tmp_path: Path
+@pytest.mark.parametrize(("content_type", "part"), PACKAGE_PARTS, ids=[p for _, p in PACKAGE_PARTS])
+def test_packages_with_mutated_xml_give_chunks_or_a_classified_error(
+    content_type: str, part: str, seeds: dict[str, bytes], tokenizer: HFTokenizer, tmp_path: Path
 ) -> None:
-    with zipfile.ZipFile(io.BytesIO(seeds[ContentType.DOCX])) as package:
-        xml = package.read("word/document.xml")
-    tally = _tally("docx xml")
+    with zipfile.ZipFile(io.BytesIO(seeds[content_type])) as package:
+        xml = package.read(part)
+    tally = _tally(f"{NAMES[content_type]} {part}")
 
     @FUZZ
     @given(data=mutated(xml))
     def check(data: bytes) -> None:
-        package = docx_with_xml(seeds[ContentType.DOCX], data)
-        run_one(tmp_path, tokenizer, ContentType.DOCX, package, tally)
+        run_one(
+            tmp_path,
+            tokenizer,
+            content_type,
+            package_with_part(seeds[content_type], part, data),
+            tally,
+        )
 
     check()
     _report(tally)

@@ -152,3 +152,15 @@ def test_cell_values_and_column_letters() -> None:
     assert cell_text(dt.time(7, 5)) == "07:05:00"
     assert cell_text("  a \n b ") == "a b"
     assert cell_text(None) == ""
+
+
+def test_a_file_too_short_to_sniff_splits_on_the_delimiter_its_line_has_most_of(
+    tmp_path: Path,
+) -> None:
+    one = tmp_path / "one.csv"
+    one.write_text("Port\tHigh tide\n")
+    # a table of a single row keeps its text (its cells, not column names of nothing)
+    assert parse_csv(one) == [Block(text="Port; High tide")]
+    rows = tmp_path / "rows.csv"
+    rows.write_text("Whitby\t6\n")
+    assert parse_csv(rows) == [Block(text="A: Whitby; B: 6")]

@@ -31,11 +31,15 @@ def _lines(pieces: Iterable[str]) -> Iterator[str]:
         yield rest
 
 
-def _dialect(sample: str, tab_default: bool) -> type[csv.Dialect] | csv.Dialect:
+def _dialect(sample: str) -> tuple[type[csv.Dialect] | csv.Dialect, str | None]:
+    """The sniffed dialect, or (when the sniffer cannot decide, e.g. on a single line) Excel's
+    with the delimiter the first line has most of."""
     try:
-        return csv.Sniffer().sniff(sample, delimiters=DELIMITERS)
+        return csv.Sniffer().sniff(sample, delimiters=DELIMITERS), None
     except csv.Error:
-        return csv.excel_tab if tab_default else csv.excel
+        first = sample.split("\n", 1)[0]
+        best = max(DELIMITERS, key=first.count)
+        return csv.excel, best if first.count(best) else ","
 
 
 class CsvParser:
@@ -53,14 +57,18 @@ class CsvParser:
             if size >= SNIFF_CHARS:
                 break
         sample = "".join(head[:-1] if len(head) > 1 and size >= SNIFF_CHARS else head)
-        dialect = _dialect(sample, path.suffix.lower() == ".tsv")
+        dialect, delimiter = _dialect(sample)
 
         def all_lines() -> Iterator[str]:
             yield from head
             yield from lines
 
         csv.field_size_limit(MAX_FIELD_CHARS)
-        reader = csv.reader(all_lines(), dialect)
+        reader = (
+            csv.reader(all_lines(), dialect)
+            if delimiter is None
+            else csv.reader(all_lines(), dialect, delimiter=delimiter)
+        )
         try:
             yield from sheet_blocks(_rows(reader), None, RowCounter())
         except csv.Error as exc:

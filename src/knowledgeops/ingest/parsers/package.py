@@ -52,7 +52,7 @@ def open_package(
             code="corrupt_file",
         ) from exc
     try:
-        check_members(archive, kind)
+        check_members(archive, kind, path.stat().st_size)
         names = set(archive.namelist())
         for part in required:
             if part not in names:
@@ -67,9 +67,22 @@ def open_package(
     return archive
 
 
-def check_members(archive: zipfile.ZipFile, kind: str) -> None:
-    """Refuse a package whose parts, by their headers, inflate beyond the limits."""
+def check_members(archive: zipfile.ZipFile, kind: str, file_size: int) -> None:
+    """Refuse a package whose parts, by their headers, inflate beyond the limits, or lie outside
+    the file (a damaged central directory, which zipfile would meet as a failed seek)."""
     members = archive.infolist()
+    for member in members:
+        if (
+            not 0
+            <= member.header_offset
+            <= member.header_offset + member.compress_size
+            <= file_size
+        ):
+            raise PermanentError(
+                f"The file is not a valid {kind}: its ZIP directory points outside the file "
+                "(it is damaged or incomplete). Save it again and upload the new copy.",
+                code="corrupt_file",
+            )
     limits = current_limits()
     if len(members) > MAX_PARTS:
         raise PermanentError(

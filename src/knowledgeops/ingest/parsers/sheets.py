@@ -111,6 +111,7 @@ def sheet_blocks(
     if name:
         out.heading(1, name)
     headers: list[str] | None = None
+    data_rows = False
     rows_seen = counter.sheet(name)
     for raw in rows:
         next(rows_seen)
@@ -131,5 +132,8 @@ def sheet_blocks(
             header = headers[index] if index < len(headers) and headers[index] else None
             pairs.append(f"{header or column_letter(index)}: {text}")
         if pairs:
+            data_rows = True
             yield from out.add(PAIR_SEPARATOR.join(pairs), LINE)
+    if headers and not data_rows:  # a table of one row: its text is all there is
+        out.add(PAIR_SEPARATOR.join(h for h in headers if h), LINE)
     yield from out.flush()

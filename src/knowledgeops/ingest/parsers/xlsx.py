@@ -12,7 +12,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import openpyxl
 
@@ -25,13 +25,15 @@ KIND = "Excel workbook"
 WORKBOOK_PART = "xl/workbook.xml"
 
 
-def _load(path: Path) -> Any:
+def _load(path: Path, fh: BinaryIO) -> Any:
+    """The workbook, read from `fh` (openpyxl refuses a path without an Excel extension, and
+    stored files are named by their hash)."""
     with open_package(path, KIND, ".xlsx", required=(WORKBOOK_PART,)):
         pass
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # openpyxl warns of every extension it skips
-            return openpyxl.load_workbook(str(path), read_only=True, data_only=True)
+            return openpyxl.load_workbook(fh, read_only=True, data_only=True)
     except MemoryError:
         raise
     except Exception as exc:
@@ -53,13 +55,15 @@ class XlsxParser:
     content_type = ContentType.XLSX
 
     def parse(self, path: Path) -> Iterator[Block]:
-        workbook = _load(path)
-        try:
-            counter = RowCounter()
-            for sheet in workbook.worksheets:
-                if not hasattr(sheet, "iter_rows"):
-                    continue  # a chart sheet
-                sheet.reset_dimensions()
-                yield from sheet_blocks(sheet.iter_rows(values_only=True), sheet.title, counter)
-        finally:
-            workbook.close()
+        with path.open("rb") as fh:
+            workbook = _load(path, fh)
+            try:
+                counter = RowCounter()
+                for sheet in workbook.worksheets:
+                    if not hasattr(sheet, "iter_rows"):
+                        continue  # a chart sheet
+                    sheet.reset_dimensions()
+                    rows = sheet.iter_rows(values_only=True)
+                    yield from sheet_blocks(rows, sheet.title, counter)
+            finally:
+                workbook.close()
