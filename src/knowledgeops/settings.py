@@ -159,6 +159,23 @@ class Settings(BaseSettings):
     max_text_chars: int = Field(50_000_000, ge=1, description="Text of one document.")
     max_chunks_per_document: int = Field(100_000, ge=1)
     parse_timeout_s: float = Field(600.0, gt=0, description="Parsing of one document, at most.")
+    max_image_pixels: int = Field(
+        100_000_000, ge=1_000_000, description="One image, or one TIFF page, in pixels."
+    )
+    ocr_min_confidence: float = Field(
+        0.8,
+        ge=0,
+        le=1,
+        description="An OCR'd page read with a lower confidence is flagged in its job "
+        "(lowConfidencePages) and left out of the index.",
+    )
+    ocr_threads: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="Model threads of each parser process's OCR; 0 = the cores shared out "
+        "among the worker threads.",
+    )
     parse_memory_mb: int = Field(4_096, ge=256, description="Parser process address space.")
     parse_isolation: Literal["process", "inline"] = Field(
         "process",

@@ -244,9 +244,9 @@ def wait_completed(client: TestClient, job_id: str, timeout: float = 30) -> dict
     return job
 
 
-def ingest(client: TestClient, path: Path, **kw: Any) -> dict[str, Any]:
+def ingest(client: TestClient, path: Path, *, timeout: float = 30, **kw: Any) -> dict[str, Any]:
     """Upload and wait until the job completed; returns the finished job."""
-    return wait_completed(client, accepted(upload(client, path, **kw))["jobId"])
+    return wait_completed(client, accepted(upload(client, path, **kw))["jobId"], timeout)
 
 
 def search(

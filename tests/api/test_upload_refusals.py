@@ -15,7 +15,7 @@ from tests.api.conftest import (
     upload,
     wait_completed,
 )
-from tests.fixtures.documents import make_ole2, make_png, make_random_bytes, make_text
+from tests.fixtures.documents import make_gif, make_ole2, make_random_bytes, make_text
 
 BOUNDARY = "kopsboundary7d1f"
 
@@ -135,8 +135,8 @@ def test_too_large_is_413_and_leaves_nothing(make_client, tmp_path: Path, size: 
 @pytest.mark.parametrize(
     ("maker", "name", "phrase"),
     [
-        (make_png, "picture.png", "PNG image"),
-        (make_png, "disguised.pdf", "PNG image"),
+        (make_gif, "picture.gif", "GIF image"),
+        (make_gif, "disguised.pdf", "GIF image"),
         (make_random_bytes, "blob.bin", "binary data"),
         (make_ole2, "old.doc", ".doc"),
     ],
@@ -146,7 +146,7 @@ def test_unsupported_types_are_415(client, tmp_path: Path, maker, name: str, phr
     response = upload(client, path)
     error = assert_error(response, 415, "unsupported_media_type")
     assert phrase in error["error"]
-    assert "supported: PDF, Word (.docx), PowerPoint (.pptx)" in error["error"]
+    assert "supported: PDF (scanned too), Word (.docx), PowerPoint (.pptx)" in error["error"]
     _no_jobs(client)
     data_dir = runtime_of(client).settings.data_dir
     assert files_under(data_dir / "incoming") == []

@@ -76,6 +76,17 @@ class JobPublic(Camel):
     updated_at: datetime
     document_id: str | None = Field(description="Null for a job on a whole dataset (reembed).")
     dataset_id: str
+    ocr_pages_done: int | None = Field(
+        description="Pages OCR has read, while the stage is ocr and after; null when the "
+        "document needs no OCR (every page has a text layer)."
+    )
+    ocr_pages_total: int | None = Field(
+        description="The pages OCR reads: those without a text layer (all of an image's)."
+    )
+    low_confidence_pages: list[int] = Field(
+        description="Pages OCR read with a confidence below KOPS_OCR_MIN_CONFIDENCE: left out "
+        "of the index rather than indexed as garbage; rescan them for their text."
+    )
 
 
 class DatasetCreate(Camel):
@@ -144,8 +155,8 @@ class DocumentPublic(Camel):
     file_size: int
     content_type: str
     file_type: str = Field(
-        description="pdf, docx, pptx, xlsx, csv, epub, eml, mbox, html, md or txt (what "
-        "filter.fileTypes says)"
+        description="pdf, docx, pptx, xlsx, csv, epub, eml, mbox, html, md, txt, png, jpg, tiff, "
+        "webp or bmp (what filter.fileTypes says)"
     )
     sha256: str
     status: str

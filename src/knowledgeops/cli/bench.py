@@ -190,6 +190,35 @@ def bench_memory(
         out.write_text(json.dumps(asdict(figures), indent=2))
 
 
+@bench_app.command("ocr")
+def bench_ocr(
+    source: SourceOption = None,
+    accuracy_pages: Annotated[
+        int, typer.Option(min=1, help="Pages per language whose error rate is measured.")
+    ] = 5,
+    scan_pages: Annotated[
+        int, typer.Option(min=2, help="Pages of the scanned PDF read end to end.")
+    ] = 24,
+    out: OutOption = None,
+) -> None:
+    """OCR: error rates (clean and degraded scans, English and Chinese, per engine), pages/s of
+    the engine alone and end to end with one and two workers, the parsers' peak memory."""
+    found = source or _corpus_builder().find_source()
+    if found is None:
+        raise fail("no shared/corpus found above this folder: give --source DIR")
+    seeds = found.parent / "seeds"
+    figures = lab("bench.ocr", needs=("reportlab", "rapidfuzz")).run_ocr_bench(
+        found / "rustbook.pdf",
+        seeds if seeds.is_dir() else None,
+        accuracy_pages=accuracy_pages,
+        scan_pages=scan_pages,
+    )
+    console.print_json(json.dumps(asdict(figures)))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(asdict(figures), indent=2))
+
+
 @bench_app.command("search")
 def bench_search(
     chunks: Annotated[int, typer.Option(min=100, help="Chunks in the searched dataset.")] = 10_000,

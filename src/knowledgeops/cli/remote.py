@@ -39,6 +39,10 @@ def _walk(paths: list[Path]) -> list[Path]:
 
 
 def _progress_line(job: dict[str, Any]) -> tuple[str, int | None, int]:
+    """What a progress bar shows: the stage, and its counts (pages while OCR reads a scan,
+    "ocr 12/200 pages"; chunks otherwise)."""
+    if job["status"] not in TERMINAL and job["stage"] == "ocr":
+        return "ocr pages", job.get("ocrPagesTotal"), job.get("ocrPagesDone") or 0
     stage = job["status"] if job["status"] in TERMINAL else f"{job['stage']}"
     return stage, job["totalChunks"], job["processedChunks"]
 
@@ -210,11 +214,14 @@ def jobs(
         error = _shorten(job["error"] or "", 120)
         name = job["fileName"] if job["fileName"] is not None else f"(dataset: {job['kind']})"
         unit = " docs" if job.get("unit") == "documents" else ""
+        counts = f"{job['processedChunks']}/{total}{unit}"
+        if job["status"] not in TERMINAL and job["stage"] == "ocr":
+            counts = f"{job.get('ocrPagesDone') or 0}/{job.get('ocrPagesTotal') or '?'} pages"
         cells = [
             job["id"],
             escape(name),
             state,
-            f"{job['processedChunks']}/{total}{unit}",
+            counts,
             f"{job['attempt']}/{job['maxAttempts']}",
         ]
         if wide:

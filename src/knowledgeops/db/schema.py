@@ -172,6 +172,22 @@ class JobPart(Base):
     chunk_overlap: Mapped[int] = mapped_column(Integer)
 
 
+class JobOcr(Base):
+    """What OCR read for one job (or one part of a split PDF), kept by the ingest pipeline in
+    the transactions of the job's progress reports: pages read of the pages to read, and the
+    pages read with a confidence below KOPS_OCR_MIN_CONFIDENCE (left out of the index). A new
+    attempt starts its row again."""
+
+    __tablename__ = "job_ocr"
+
+    job_id: Mapped[str] = mapped_column(
+        ForeignKey("ingest_jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    pages_done: Mapped[int] = mapped_column(Integer, default=0)
+    pages_total: Mapped[int] = mapped_column(Integer, default=0)
+    low_confidence_pages: Mapped[list[int]] = mapped_column(JSON, default=list)
+
+
 class JobEvent(Base):
     """What happened to jobs, for metrics: each stage's duration, each retry and failure with
     its error category, each completion. Not keyed to the job row, so that deleting a document
@@ -266,5 +282,6 @@ outbox = cast(Table, Outbox.__table__)
 chunks = cast(Table, Chunk.__table__)
 job_events = cast(Table, JobEvent.__table__)
 job_parts = cast(Table, JobPart.__table__)
+job_ocr = cast(Table, JobOcr.__table__)
 embedding_cache = cast(Table, EmbeddingCacheEntry.__table__)
 api_keys = cast(Table, ApiKey.__table__)

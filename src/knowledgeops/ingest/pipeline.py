@@ -36,6 +36,7 @@ from knowledgeops.ingest.chunker import ChunkDraft
 from knowledgeops.ingest.embedders.base import Embedder
 from knowledgeops.ingest.embedders.models import Models
 from knowledgeops.ingest.index.base import ChunkIndex, IndexedChunk, chunk_id
+from knowledgeops.ingest.ocr_record import OcrTracker
 from knowledgeops.ingest.parsers.base import ContentType
 from knowledgeops.ingest.parsers.isolated import InlineParsing, Parsing
 from knowledgeops.ingest.parsers.limits import DEFAULT_LIMITS, ParseLimits
@@ -98,9 +99,10 @@ class IngestPipeline:
         spec = self._spec(source)
         # parsed, cleaned and chunked where the parser runs (its own process by default), so
         # the next chunks are made while this thread waits for the model
-        stream = self._stream(path, source, spec)
+        ocr = OcrTracker(ctx)
+        stream = self._stream(path, source, spec, ocr)
         with closing(stream):
-            total = self._embed_and_index(ctx, _announce(stream, ctx), source.model)
+            total = self._embed_and_index(ctx, _announce(stream, ctx, ocr), source.model, ocr)
         if not total:
             raise PermanentError(
                 f"no text was found in {source.file_name}; check that the file has text "
@@ -185,10 +187,11 @@ class IngestPipeline:
         )
         path = self._stored(source)
         spec = self._spec(source, part)
-        stream = self._stream(path, source, spec)
+        ocr = OcrTracker(ctx)
+        stream = self._stream(path, source, spec, ocr)
         with closing(stream):
             total = self._embed_and_index(
-                ctx, _announce(stream, ctx), source.model, base=part.ordinal_base
+                ctx, _announce(stream, ctx, ocr), source.model, ocr, base=part.ordinal_base
             )
         ctx.report(
             stage=Stage.INDEXING,
@@ -197,9 +200,9 @@ class IngestPipeline:
             work=lambda tx: _check_model(tx, job.dataset_id, source.model),
         )
 
-    def _stream(self, path: Any, source: _Source, spec: ChunkSpec) -> ChunkStream:
+    def _stream(self, path: Any, source: _Source, spec: ChunkSpec, ocr: OcrTracker) -> ChunkStream:
         tokenizer = self.models.tokenizer(source.model)
-        return ChunkStream(self.parsing.chunks(path, source.content_type, spec, tokenizer))
+        return ChunkStream(self.parsing.chunks(path, source.content_type, spec, tokenizer, ocr))
 
     def _source(self, document_id: str) -> _Source:
         with self.db.read() as conn:
@@ -220,7 +223,13 @@ class IngestPipeline:
         return _Source(*row)
 
     def _embed_and_index(
-        self, ctx: JobContext, drafts: Iterable[ChunkDraft], model: str, *, base: int = 0
+        self,
+        ctx: JobContext,
+        drafts: Iterable[ChunkDraft],
+        model: str,
+        ocr: OcrTracker,
+        *,
+        base: int = 0,
     ) -> int:
         """Embed and write the drafts as they stream from the chunker, a window at a time, so a
         document's text is never all in memory. Returns how many chunks were written.
@@ -237,7 +246,7 @@ class IngestPipeline:
             window.append(draft)
             if len(window) == self.window:
                 if not streaming:
-                    ctx.report(stage=Stage.EMBEDDING, processed=0)
+                    ctx.report(stage=ocr.stage(Stage.EMBEDDING), processed=0)
                     streaming = True
                 self._embed_window(ctx, embedder, window, counts, base)
                 window = []
@@ -342,12 +351,14 @@ class _Counts:
     embedded: int = 0  # texts the model was given (the rest came from the cache)
 
 
-def _announce(drafts: Iterable[ChunkDraft], ctx: JobContext) -> Iterator[ChunkDraft]:
+def _announce(
+    drafts: Iterable[ChunkDraft], ctx: JobContext, ocr: OcrTracker
+) -> Iterator[ChunkDraft]:
     """Move to the chunking stage once the parser's text has made a first chunk (parsing and
-    chunking then stream on together)."""
+    chunking then stream on together), or once OCR has read its last page."""
     announced = False
     for draft in drafts:
         if not announced:
-            ctx.report(stage=Stage.CHUNKING)
+            ctx.report(stage=ocr.stage(Stage.CHUNKING))
             announced = True
         yield draft

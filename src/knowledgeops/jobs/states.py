@@ -30,6 +30,7 @@ class JobStatus(StrEnum):
 class Stage(StrEnum):
     QUEUED = "queued"
     PARSING = "parsing"
+    OCR = "ocr"  # reading scanned pages (a document without a text layer)
     CHUNKING = "chunking"
     EMBEDDING = "embedding"
     INDEXING = "indexing"

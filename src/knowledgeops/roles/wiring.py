@@ -7,6 +7,7 @@ thread and the embedding cache), a parser (in a child process or inline) and the
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
 
@@ -246,6 +247,9 @@ def parse_limits(settings: Settings) -> ParseLimits:
         max_chunks=settings.max_chunks_per_document,
         parse_timeout_s=settings.parse_timeout_s,
         parse_memory_mb=settings.parse_memory_mb,
+        max_image_pixels=settings.max_image_pixels,
+        ocr_min_confidence=settings.ocr_min_confidence,
+        ocr_threads=settings.ocr_threads or max(1, (os.cpu_count() or 1) // settings.workers),
     )
 
 

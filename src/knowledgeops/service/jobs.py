@@ -14,6 +14,7 @@ from knowledgeops.clock import utcnow
 from knowledgeops.db.engine import Database, Tx
 from knowledgeops.db.schema import documents, ingest_jobs
 from knowledgeops.errors import Conflict, JobNotFound, NotFound
+from knowledgeops.ingest.ocr_record import summaries as ocr_summaries
 from knowledgeops.jobs.model import Job
 from knowledgeops.jobs.states import OPEN, JobStatus
 from knowledgeops.jobs.store import JobStore
@@ -42,9 +43,10 @@ class Jobs:
     def get(self, tenant: str, job_id: str) -> JobView:
         with self.db.read() as conn:
             row = conn.execute(job_select(tenant).where(ingest_jobs.c.id == job_id)).first()
+            ocr = ocr_summaries(conn, [job_id]) if row is not None else {}
         if row is None:
             raise NotFound("job not found", code="job_not_found")
-        return JobView.from_row(row)
+        return JobView.from_row(row, ocr.get(job_id))
 
     def list(
         self,
@@ -75,7 +77,9 @@ class Jobs:
                 .offset((page - 1) * limit)
                 .limit(limit)
             ).all()
-        return Page([JobView.from_row(r) for r in rows], int(total or 0), page, limit)
+            ocr = ocr_summaries(conn, [r.id for r in rows])
+        views = [JobView.from_row(r, ocr.get(r.id)) for r in rows]
+        return Page(views, int(total or 0), page, limit)
 
     def cancel(self, tenant: str, job_id: str) -> JobView:
         self.get(tenant, job_id)  # 404 unless the job is the tenant's

@@ -37,6 +37,11 @@ FILE_TYPES: dict[str, str] = {
     "epub": ContentType.EPUB,
     "eml": ContentType.EMAIL,
     "mbox": ContentType.MBOX,
+    "png": ContentType.PNG,
+    "jpg": ContentType.JPEG,
+    "tiff": ContentType.TIFF,
+    "webp": ContentType.WEBP,
+    "bmp": ContentType.BMP,
 }
 TYPE_NAMES = {content_type: name for name, content_type in FILE_TYPES.items()}
 

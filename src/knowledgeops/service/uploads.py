@@ -61,10 +61,15 @@ _EXTENSIONS = {
     ContentType.EPUB: ".epub",
     ContentType.EMAIL: ".eml",
     ContentType.MBOX: ".mbox",
+    ContentType.PNG: ".png",
+    ContentType.JPEG: ".jpg",
+    ContentType.TIFF: ".tiff",
+    ContentType.WEBP: ".webp",
+    ContentType.BMP: ".bmp",
 }
 SUPPORTED = (
-    "PDF, Word (.docx), PowerPoint (.pptx), Excel (.xlsx), CSV, EPUB, e-mail (.eml, .mbox), "
-    "HTML, Markdown and plain text"
+    "PDF (scanned too), Word (.docx), PowerPoint (.pptx), Excel (.xlsx), CSV, EPUB, e-mail "
+    "(.eml, .mbox), HTML, Markdown, plain text, and images (PNG, JPEG, TIFF, WebP, BMP)"
 )
 
 

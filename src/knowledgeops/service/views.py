@@ -7,6 +7,8 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
+from knowledgeops.ingest.ocr_record import OcrSummary
+
 T = TypeVar("T")
 V = TypeVar("V")
 
@@ -96,13 +98,25 @@ class JobView:
     updated_at: datetime
     document_id: str | None
     dataset_id: str
+    ocr_pages_done: int | None  # pages OCR has read (None: the document needs no OCR)
+    ocr_pages_total: int | None  # … of the pages without a text layer
+    low_confidence_pages: list[int]  # OCR'd too unsurely: flagged, not indexed
 
     @classmethod
-    def from_row(cls, row: Any) -> JobView:
-        """A job row joined with its document's name and size (none for a dataset's job)."""
+    def from_row(cls, row: Any, ocr: OcrSummary | None = None) -> JobView:
+        """A job row joined with its document's name and size (none for a dataset's job), with
+        what OCR read for it (ingest/ocr_record.py)."""
         m = row._mapping
         unit = "chunks" if m["document_id"] is not None else "documents"
-        return from_row(cls, row, retries=max(m["attempt"] - 1, 0), unit=unit)
+        return from_row(
+            cls,
+            row,
+            retries=max(m["attempt"] - 1, 0),
+            unit=unit,
+            ocr_pages_done=None if ocr is None else ocr.pages_done,
+            ocr_pages_total=None if ocr is None else ocr.pages_total,
+            low_confidence_pages=[] if ocr is None else ocr.low_confidence_pages,
+        )
 
 
 @dataclass(frozen=True, slots=True)

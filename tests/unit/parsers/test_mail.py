@@ -10,7 +10,7 @@ from knowledgeops.ingest.parsers import limits as parse_limits
 from knowledgeops.ingest.parsers.base import Block
 from knowledgeops.ingest.parsers.limits import ParseLimits
 from knowledgeops.ingest.parsers.mail import EmailParser, MboxParser
-from tests.fixtures.documents import make_png
+from tests.fixtures.documents import make_gif, make_png
 from tests.fixtures.office import make_eml, make_mbox, sample_message, simple_message
 
 
@@ -64,16 +64,24 @@ def test_attached_messages_are_read_as_messages_and_unreadable_attachments_named
     outer = simple_message("Fwd: pilings", "See below.")
     outer.add_attachment(simple_message("Pilings", "Oak pilings rot slowly."))
     outer.add_attachment(
-        make_png(tmp_path / "p.png").read_bytes(),
+        make_gif(tmp_path / "p.gif").read_bytes(),
+        maintype="image",
+        subtype="gif",
+        filename="photo.gif",
+    )
+    outer.add_attachment(  # a picture without text (a logo): read by OCR, nothing to say
+        make_png(tmp_path / "logo.png").read_bytes(),
         maintype="image",
         subtype="png",
-        filename="photo.png",
+        filename="logo.png",
     )
     outer.add_attachment(
         b"%PDF-1.4 broken", maintype="application", subtype="pdf", filename="broken.pdf"
     )
     blocks = parse_eml(make_eml(tmp_path / "f.eml", outer))
-    assert "photo.png (not read: a PNG image)" in blocks[0].text
+    assert "photo.gif (not read: a GIF image)" in blocks[0].text
+    assert "logo.png" in blocks[0].text
+    assert not any("logo.png" in (b.section or "") for b in blocks)
     assert Block(text="Oak pilings rot slowly.", section="Fwd: pilings › Pilings") in blocks
     (broken,) = [b for b in blocks if b.section == "Fwd: pilings › broken.pdf"]
     assert broken.text.startswith("broken.pdf was not read: ")

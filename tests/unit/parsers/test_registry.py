@@ -28,7 +28,7 @@ def test_every_content_type_has_its_parser(content_type: str) -> None:
 
 def test_unknown_content_type_is_refused_at_once() -> None:
     with pytest.raises(PermanentError) as caught:
-        parser_for("image/png")
+        parser_for("image/gif")
     assert caught.value.code == "unsupported_type"
     # parse() refuses when called, before anyone iterates.
     with pytest.raises(PermanentError) as caught:

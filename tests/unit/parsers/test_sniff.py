@@ -14,6 +14,7 @@ from tests.fixtures.documents import (
     CHINESE_TEXT,
     LATIN1_TEXT,
     make_docx,
+    make_gif,
     make_html,
     make_ole2,
     make_pdf,
@@ -131,16 +132,25 @@ def test_ole2_files_are_refused_as_legacy_or_encrypted_office(tmp_path: Path) ->
     )
 
 
+def test_images_are_read_by_ocr_whatever_their_name(tmp_path: Path) -> None:
+    assert sniff(head(make_png(tmp_path / "x.png")), "scan.pdf") == ContentType.PNG
+    jpeg = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + b"\x01" * 100
+    assert sniff(jpeg, "photo.txt") == ContentType.JPEG
+    assert sniff(b"II*\x00" + b"\x00" * 100, "page") == ContentType.TIFF
+    assert sniff(b"MM\x00*" + b"\x00" * 100, "page") == ContentType.TIFF
+    assert sniff(b"RIFF\x10\x00\x00\x00WEBPVP8 " + b"\x00" * 50, "p") == ContentType.WEBP
+    bmp = b"BM" + (1000).to_bytes(4, "little") + b"\x00" * 4 + b"\x36\x00\x00\x00" + b"\x00" * 40
+    assert sniff(bmp, "p") == ContentType.BMP
+    assert sniff(b"BMW owners club notes\n", "notes") == ContentType.TEXT
+
+
 def test_known_binary_formats_are_refused_with_a_name(tmp_path: Path) -> None:
-    png = head(make_png(tmp_path / "x.png"))
-    assert sniff(png, "picture.pdf") is None
-    assert describe_unsupported(png, "picture.pdf") == "a PNG image"
+    gif = head(make_gif(tmp_path / "x.gif"))
+    assert sniff(gif, "picture.pdf") is None
+    assert describe_unsupported(gif, "picture.pdf") == "a GIF image"
     gz = gzip.compress(b"hello world" * 100)
     assert sniff(gz, "notes.txt") is None
     assert describe_unsupported(gz, "notes.txt") == "a gzip archive"
-    jpeg = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + b"\x01" * 100
-    assert sniff(jpeg, "photo.jpg") is None
-    assert describe_unsupported(jpeg, "photo.jpg") == "a JPEG image"
     elf = b"\x7fELF\x02\x01\x01" + b"\x00" * 100
     assert sniff(elf, "tool") is None
     assert describe_unsupported(elf, "tool") == "an executable program"

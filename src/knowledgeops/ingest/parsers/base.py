@@ -22,8 +22,14 @@ class ContentType:
     EPUB = "application/epub+zip"
     EMAIL = "message/rfc822"
     MBOX = "application/mbox"
+    PNG = "image/png"
+    JPEG = "image/jpeg"
+    TIFF = "image/tiff"
+    WEBP = "image/webp"
+    BMP = "image/bmp"
 
-    ALL = (PDF, DOCX, HTML, MARKDOWN, TEXT, PPTX, XLSX, CSV, EPUB, EMAIL, MBOX)
+    IMAGES = (PNG, JPEG, TIFF, WEBP, BMP)
+    ALL = (PDF, DOCX, HTML, MARKDOWN, TEXT, PPTX, XLSX, CSV, EPUB, EMAIL, MBOX, *IMAGES)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,8 @@ clean and chunk too (ingest/prepare.py), "chunk": {"size", "overlap", "max_text_
 "max_chunks", "first_page", "last_page"} (a page range: one part of a split PDF); or
 {"op": "count", …}: a PDF's page count, answered as {"kind": "done", "pages"}. Answers:
 {"kind": "blocks", "blocks": [[text, page, section], …]} or {"kind": "drafts", "drafts":
-[[ordinal, text, tokens, page_start, page_end, section], …]}, then {"kind": "done", "pages"}, or
+[[ordinal, text, tokens, page_start, page_end, section], …]}, among them OCR progress
+{"kind": "ocr", "done", "total", "page", "confidence", "low"}, then {"kind": "done", "pages"}, or
 {"kind": "error", "category", "code", "message"}, {"kind": "memory"}, {"kind": "oserror",
 "errno", "message"}.
 """
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from knowledgeops.errors import JobError
 from knowledgeops.ingest.parsers import limits as parse_limits
+from knowledgeops.ingest.parsers import progress
 from knowledgeops.ingest.parsers.limits import ParseLimits
 
 if TYPE_CHECKING:
@@ -54,8 +56,30 @@ def _exit_with_parent(parent: int) -> None:
             os._exit(0)
 
 
+_SEND_LOCK = threading.Lock()  # OCR progress is sent from the prefetch thread too
+
+
 def _send(conn: Connection, message: dict[str, object]) -> None:
-    conn.send_bytes(json.dumps(message, ensure_ascii=False).encode())
+    data = json.dumps(message, ensure_ascii=False).encode()
+    with _SEND_LOCK:
+        conn.send_bytes(data)
+
+
+def _progress_sender(conn: Connection) -> progress.Sink:
+    def send(event: progress.OcrProgress) -> None:
+        _send(
+            conn,
+            {
+                "kind": "ocr",
+                "done": event.done,
+                "total": event.total,
+                "page": event.page,
+                "confidence": event.confidence,
+                "low": event.low,
+            },
+        )
+
+    return send
 
 
 def serve(conn: Connection) -> None:
@@ -71,7 +95,7 @@ def serve(conn: Connection) -> None:
             return
         limits = ParseLimits(**{k: v for k, v in request["limits"].items() if k in fields})
         try:
-            with parse_limits.using(limits):
+            with parse_limits.using(limits), progress.listening(_progress_sender(conn)):
                 path, content_type, chunk = Path(request["path"]), request["type"], request["chunk"]
                 if request.get("op") == "count":
                     _send(conn, {"kind": "done", "pages": page_count(path, content_type)})

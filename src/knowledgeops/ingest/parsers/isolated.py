@@ -41,7 +41,7 @@ from knowledgeops.errors import (
 )
 from knowledgeops.ingest.chunker import ChunkDraft, Tokenizer
 from knowledgeops.ingest.parsers import limits as parse_limits
-from knowledgeops.ingest.parsers import wire
+from knowledgeops.ingest.parsers import progress, wire
 from knowledgeops.ingest.parsers.base import Block
 from knowledgeops.ingest.parsers.limits import ParseLimits
 from knowledgeops.ingest.prepare import ChunkSpec, prepare
@@ -141,11 +141,16 @@ class ParserProcess:
             yield item
 
     def chunks(
-        self, path: Path, content_type: str, limits: ParseLimits, spec: ChunkSpec
+        self,
+        path: Path,
+        content_type: str,
+        limits: ParseLimits,
+        spec: ChunkSpec,
+        on_progress: progress.Sink | None = None,
     ) -> Generator[ChunkDraft, None, int | None]:
         """The file's chunk drafts, cleaned and chunked in the child too (ingest/prepare.py);
-        returns the last page number. Lazy, like `parse`."""
-        answers = self._request(path, content_type, limits, spec)
+        returns the last page number; OCR progress goes to `on_progress`. Lazy, like `parse`."""
+        answers = self._request(path, content_type, limits, spec, on_progress=on_progress)
         guard = wire.DraftGuard(spec)
         while True:
             try:
@@ -177,6 +182,7 @@ class ParserProcess:
         limits: ParseLimits,
         spec: ChunkSpec | None,
         op: str = "parse",
+        on_progress: progress.Sink | None = None,
     ) -> Generator[Block | ChunkDraft, None, Any]:
         conn = self._start(limits.parse_memory_mb)
         request = {
@@ -191,10 +197,10 @@ class ParserProcess:
             conn.send_bytes(json.dumps(request).encode())
         except OSError:
             raise self._crashed() from None
-        return (yield from self._answers(conn, limits))
+        return (yield from self._answers(conn, limits, on_progress))
 
     def _answers(
-        self, conn: Connection, limits: ParseLimits
+        self, conn: Connection, limits: ParseLimits, on_progress: progress.Sink | None
     ) -> Generator[Block | ChunkDraft, None, Any]:
         waited = 0.0
         finished = False
@@ -221,6 +227,11 @@ class ParserProcess:
                     continue
                 if kind == "drafts":
                     yield from wire.drafts_of(message)
+                    continue
+                if kind == "ocr":
+                    event = wire.ocr_progress_of(message)
+                    if on_progress is not None:
+                        on_progress(event)
                     continue
                 finished = kind in ("done", "error", "oserror")
                 if finished:
@@ -288,8 +299,15 @@ class Parsing(Protocol):
         ...
 
     def chunks(
-        self, path: Path, content_type: str, spec: ChunkSpec, tokenizer: Tokenizer
-    ) -> Generator[ChunkDraft, None, int | None]: ...
+        self,
+        path: Path,
+        content_type: str,
+        spec: ChunkSpec,
+        tokenizer: Tokenizer,
+        on_progress: progress.Sink | None = None,
+    ) -> Generator[ChunkDraft, None, int | None]:
+        """… with the OCR progress of its pages reported to `on_progress`."""
+        ...
 
     def prestart(self) -> None:
         """Get the calling thread ready to parse (a worker thread, at its start)."""
@@ -332,10 +350,15 @@ class IsolatedParsing:
             log.warning("could not start a parser process ahead of work: %s", exc)
 
     def chunks(
-        self, path: Path, content_type: str, spec: ChunkSpec, tokenizer: Tokenizer
+        self,
+        path: Path,
+        content_type: str,
+        spec: ChunkSpec,
+        tokenizer: Tokenizer,
+        on_progress: progress.Sink | None = None,
     ) -> Generator[ChunkDraft, None, int | None]:
         """`tokenizer` is not sent: the child chunks with the model's own (the pipeline's)."""
-        return self._mine().chunks(path, content_type, self.limits, spec)
+        return self._mine().chunks(path, content_type, self.limits, spec, on_progress)
 
     def close(self) -> None:
         with self._guard:
@@ -351,12 +374,16 @@ class InlineParsing:
         self.limits = limits
 
     def parse(
-        self, path: Path, content_type: str, pages: tuple[int, int] | None = None
+        self,
+        path: Path,
+        content_type: str,
+        pages: tuple[int, int] | None = None,
+        on_progress: progress.Sink | None = None,
     ) -> Generator[Block, None, None]:
         from knowledgeops.ingest.parsers.registry import parse  # noqa: PLC0415 (parser libraries stay out of a worker whose parsers run in a child)
 
         def blocks() -> Generator[Block, None, None]:
-            with parse_limits.using(self.limits):
+            with parse_limits.using(self.limits), progress.listening(on_progress):
                 yield from parse(path, content_type, pages)
 
         return blocks()
@@ -368,9 +395,15 @@ class InlineParsing:
             return page_count(path, content_type)
 
     def chunks(
-        self, path: Path, content_type: str, spec: ChunkSpec, tokenizer: Tokenizer
+        self,
+        path: Path,
+        content_type: str,
+        spec: ChunkSpec,
+        tokenizer: Tokenizer,
+        on_progress: progress.Sink | None = None,
     ) -> Generator[ChunkDraft, None, int | None]:
-        return prepare(self.parse(path, content_type, spec.pages), tokenizer, spec)
+        blocks = self.parse(path, content_type, spec.pages, on_progress)
+        return prepare(blocks, tokenizer, spec)
 
     def prestart(self) -> None:
         pass

@@ -31,6 +31,9 @@ class ParseLimits:
     max_chunks: int = 100_000  # chunks of one document
     parse_timeout_s: float = 600.0  # time spent waiting on the parser for one document
     parse_memory_mb: int = 4_096  # address space of the parser process
+    max_image_pixels: int = 100_000_000  # one image or TIFF page (width × height)
+    ocr_min_confidence: float = 0.8  # an OCR'd page below this is flagged, not indexed
+    ocr_threads: int = 0  # model threads of one parser process's OCR (0: all cores)
 
     @property
     def max_unzipped_bytes(self) -> int:

@@ -37,6 +37,7 @@ ENVELOPE = ("Subject", "From", "To", "Cc", "Date")
 NO_SUBJECT = "(no subject)"
 MAX_HEADER_CHARS = 2_000
 ARCHIVES = ("a ZIP archive", "a gzip archive", "a 7-Zip archive", "a RAR archive")
+TEXTLESS = frozenset({"no_text_found", "no_text_layer"})  # an attachment with no text to read
 _SAFE_SUFFIX = re.compile(r"^\.[A-Za-z0-9]{1,10}$")
 
 
@@ -219,7 +220,8 @@ def _attachment_blocks(attachment: _Attachment, section: str) -> Iterator[Block]
         try:
             yield from _sectioned(parse(path, attachment.content_type), prefix)
         except JobError as exc:  # one attachment that cannot be read costs only itself
-            yield Block(text=f"{attachment.name} was not read: {exc.message}", section=prefix)
+            if exc.code not in TEXTLESS:  # a picture without text (a logo) is no failure
+                yield Block(text=f"{attachment.name} was not read: {exc.message}", section=prefix)
 
 
 def _parse_message(data: bytes) -> EmailMessage:

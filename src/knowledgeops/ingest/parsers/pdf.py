@@ -1,8 +1,17 @@
 """PDF via pypdfium2: one block per page, sections from the document outline (bookmarks).
 
+A page without a text layer (no text objects, but an image: a scan) is rendered by PDFium at
+`OCR_DPI` and read by OCR (ocr.py); the other pages keep their own text, so a mixed PDF runs OCR
+on its scanned pages only. Which pages those are is known before the first one is read (a pass
+over the pages' objects, about a millisecond a page), so progress can say "ocr 12/200 pages".
+One page image is in memory at a time. A page OCR reads with a confidence below
+KOPS_OCR_MIN_CONFIDENCE is reported (progress.py) and left out of the index rather than indexed
+as garbage.
+
 PDFium is not thread-safe, not even across different documents, and the embedded topology runs
 several worker threads in one process. Every PDFium call here therefore runs under `PDFIUM_LOCK`,
-which is held for one short step at a time (open, one page, close) and never across a `yield`.
+which is held for one short step at a time (open, one page, close) and never across a `yield`;
+OCR runs outside it.
 """
 
 from __future__ import annotations
@@ -18,8 +27,10 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_raw
 
 from knowledgeops.errors import PermanentError, UserActionRequired
+from knowledgeops.ingest.parsers import progress
 from knowledgeops.ingest.parsers.base import Block, ContentType
 from knowledgeops.ingest.parsers.limits import current as current_limits
+from knowledgeops.ingest.parsers.progress import OcrProgress
 from knowledgeops.ingest.parsers.sections import SECTION_SEPARATOR
 
 log = logging.getLogger(__name__)
@@ -28,14 +39,16 @@ PDFIUM_LOCK = threading.Lock()
 """Serialises all PDFium calls in this process; take it for any other use of pypdfium2."""
 
 MAX_OUTLINE_DEPTH = 8
+OCR_DPI = 200  # a scanned page is rendered at this resolution for OCR (docs/formats.md)
 
 ENCRYPTED_MESSAGE = (
     "The PDF is password-protected. Remove the password (e.g. print to a new PDF) "
     "and upload it again."
 )
 NO_TEXT_MESSAGE = (
-    "The PDF has no text layer (it looks like scanned images). Run OCR on it "
-    "(e.g. with ocrmypdf or your scanner software) and upload the result."
+    "No text was found in the PDF: it has no text layer, and OCR read no text on its pages "
+    "that it was sure of. Check that the scan is legible (at least 200 dpi, upright) and "
+    "upload it again."
 )
 
 # PDFium reports a hyphen that ended a layout line as U+FFFE (get_text_range) or U+0002
@@ -112,6 +125,49 @@ def _page_text(pdf: Any, index: int) -> str:
     return text.translate(_PDFIUM_TEXT_FIXES)
 
 
+def _kind_of_page(pdf: Any, index: int) -> str:
+    """ "text" (it has text objects), "scan" (images and no text: OCR reads it) or "blank"."""
+    page = pdf[index]
+    try:
+        raw_page = page.raw
+        kinds = {
+            pdfium_raw.FPDFPageObj_GetType(pdfium_raw.FPDFPage_GetObject(raw_page, n))
+            for n in range(pdfium_raw.FPDFPage_CountObjects(raw_page))
+        }
+    finally:
+        page.close()
+    if pdfium_raw.FPDF_PAGEOBJ_TEXT in kinds:
+        return "text"
+    if kinds & {pdfium_raw.FPDF_PAGEOBJ_IMAGE, pdfium_raw.FPDF_PAGEOBJ_FORM}:
+        return "scan"
+    return "blank"
+
+
+def _page_image(pdf: Any, index: int) -> Any:
+    page = pdf[index]
+    try:
+        bitmap = page.render(scale=OCR_DPI / 72, grayscale=True)
+        try:
+            image = bitmap.to_numpy()
+            return image[:, :, 0].copy() if image.ndim == 3 else image.copy()
+        finally:
+            bitmap.close()
+    finally:
+        page.close()
+
+
+def ocr_page(image: Any, page: int, done: int, total: int) -> str:
+    """OCR one page image and report it; its text, or "" when it holds none or is below the
+    confidence threshold (reported as low)."""
+    from knowledgeops.ingest.parsers.ocr import read_image  # noqa: PLC0415 (the OCR engine loads with the first scanned page)
+
+    limits = current_limits()
+    result = read_image(image, limits.ocr_threads)
+    low = result.confidence is not None and result.confidence < limits.ocr_min_confidence
+    progress.report(OcrProgress(done, total, page, result.confidence, low))
+    return "" if low else result.text
+
+
 def _checked_count(pdf: Any) -> int:
     page_count = len(pdf)
     if page_count == 0:
@@ -157,10 +213,25 @@ class PdfParser:
                     "changed after it was split",
                     code="corrupt_file",
                 )
+            with PDFIUM_LOCK:
+                kinds = [_kind_of_page(pdf, index) for index in range(first - 1, last)]
+            scans = kinds.count("scan")
+            if scans:
+                progress.report(OcrProgress(0, scans))
             found_text = False
-            for index in range(first - 1, last):
-                with PDFIUM_LOCK:
-                    text = _page_text(pdf, index)
+            done = 0
+            for index, kind in zip(range(first - 1, last), kinds, strict=True):
+                if kind == "blank":
+                    continue
+                if kind == "text":
+                    with PDFIUM_LOCK:
+                        text = _page_text(pdf, index)
+                else:
+                    with PDFIUM_LOCK:
+                        image = _page_image(pdf, index)
+                    done += 1
+                    text = ocr_page(image, index + 1, done, scans)
+                    del image
                 if not text.strip():
                     continue
                 found_text = True

@@ -16,6 +16,7 @@ from knowledgeops.ingest.parsers.delimited import CsvParser
 from knowledgeops.ingest.parsers.docx import DocxParser
 from knowledgeops.ingest.parsers.epub import EpubParser
 from knowledgeops.ingest.parsers.html import HtmlParser
+from knowledgeops.ingest.parsers.image import IMAGE_TYPES, ImageParser
 from knowledgeops.ingest.parsers.mail import EmailParser, MboxParser
 from knowledgeops.ingest.parsers.markdown import MarkdownParser
 from knowledgeops.ingest.parsers.pdf import PdfParser
@@ -23,22 +24,21 @@ from knowledgeops.ingest.parsers.pptx import PptxParser
 from knowledgeops.ingest.parsers.text import TextParser
 from knowledgeops.ingest.parsers.xlsx import XlsxParser
 
-_PARSERS: dict[str, Parser] = {
-    parser.content_type: parser
-    for parser in (
-        PdfParser(),
-        DocxParser(),
-        HtmlParser(),
-        MarkdownParser(),
-        TextParser(),
-        PptxParser(),
-        XlsxParser(),
-        CsvParser(),
-        EpubParser(),
-        EmailParser(),
-        MboxParser(),
-    )
-}
+_ALL_PARSERS: tuple[Parser, ...] = (
+    PdfParser(),
+    DocxParser(),
+    HtmlParser(),
+    MarkdownParser(),
+    TextParser(),
+    PptxParser(),
+    XlsxParser(),
+    CsvParser(),
+    EpubParser(),
+    EmailParser(),
+    MboxParser(),
+    *(ImageParser(content_type) for content_type in IMAGE_TYPES),
+)
+_PARSERS: dict[str, Parser] = {parser.content_type: parser for parser in _ALL_PARSERS}
 
 KIND_NAMES = {
     ContentType.PDF: "a PDF",
@@ -52,6 +52,11 @@ KIND_NAMES = {
     ContentType.EPUB: "an EPUB e-book",
     ContentType.EMAIL: "an e-mail message",
     ContentType.MBOX: "a mailbox",
+    ContentType.PNG: "a PNG image",
+    ContentType.JPEG: "a JPEG image",
+    ContentType.TIFF: "a TIFF image",
+    ContentType.WEBP: "a WebP image",
+    ContentType.BMP: "a BMP image",
 }
 
 _MAX_REASON_CHARS = 200

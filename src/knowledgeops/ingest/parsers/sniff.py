@@ -82,13 +82,16 @@ _MAIL_FIELDS = frozenset(
 _FIELD = re.compile(rb"\A([!-9;-~]{1,76}):")
 _MIN_MAIL_FIELDS = 3  # without a name that says so, a header block needs this many known fields
 
+# Images that OCR reads, by their magic at offset 0.
+_IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", ContentType.PNG),
+    (b"\xff\xd8\xff", ContentType.JPEG),
+    (b"II*\x00", ContentType.TIFF),
+    (b"MM\x00*", ContentType.TIFF),
+)
 # (magic at offset 0, phrase for a person). These never start a text file, so they are checked
 # before any text detection.
 _BINARY_MAGIC: tuple[tuple[bytes, str], ...] = (
-    (b"\x89PNG\r\n\x1a\n", "a PNG image"),
-    (b"\xff\xd8\xff", "a JPEG image"),
-    (b"II*\x00", "a TIFF image"),
-    (b"MM\x00*", "a TIFF image"),
     (b"\x00\x00\x01\x00", "an icon file"),
     (b"\x1f\x8b", "a gzip archive"),
     (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"),
@@ -145,6 +148,18 @@ def _binary_kind(head: bytes) -> str | None:
             return phrase
     if _BZIP2.match(head):
         return "a bzip2 archive"
+    return None
+
+
+def image_kind(head: bytes) -> str | None:
+    """The image type OCR reads (PNG, JPEG, TIFF, WebP, BMP) by its magic, else None."""
+    for magic, kind in _IMAGE_MAGIC:
+        if head.startswith(magic):
+            return kind
+    if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+        return ContentType.WEBP
+    if head.startswith(b"BM") and len(head) >= 26 and head[6:10] == b"\x00\x00\x00\x00":
+        return ContentType.BMP  # "BM", file size, two reserved zero words
     return None
 
 
@@ -266,6 +281,9 @@ def sniff(
         return ContentType.PDF
     if is_zip(head):
         return zip_kind(head, tail[-TAIL_BYTES:], extension)
+    image = image_kind(head)
+    if image is not None:
+        return image
     if head.startswith(OLE2_MAGIC) or _binary_kind(head) is not None:
         return None
     if not _is_text(head):

@@ -11,6 +11,7 @@ from typing import Any
 from knowledgeops.errors import ErrorCategory, JobError, PermanentError, UserActionRequired
 from knowledgeops.ingest.chunker import ChunkDraft
 from knowledgeops.ingest.parsers.base import Block
+from knowledgeops.ingest.parsers.progress import OcrProgress
 from knowledgeops.ingest.prepare import ChunkSpec
 
 
@@ -31,6 +32,21 @@ def blocks_of(message: dict[str, Any]) -> Iterator[Block]:
         if not (section is None or isinstance(section, str)):
             raise unexpected()
         yield Block(text=text, page=page, section=section)
+
+
+def ocr_progress_of(message: dict[str, Any]) -> OcrProgress:
+    """An OCR progress message, checked field by field."""
+    done, total, page = message.get("done"), message.get("total"), message.get("page")
+    confidence, low = message.get("confidence"), message.get("low")
+    if not (type(done) is int and type(total) is int and 0 <= done <= total):
+        raise unexpected()
+    if not (page is None or (type(page) is int and page >= 1)) or type(low) is not bool:
+        raise unexpected()
+    if confidence is not None:
+        if type(confidence) not in (int, float) or not 0 <= confidence <= 1:
+            raise unexpected()
+        confidence = float(confidence)
+    return OcrProgress(done, total, page, confidence, low)
 
 
 def unexpected() -> PermanentError:
