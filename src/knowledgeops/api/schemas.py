@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
 from knowledgeops.api.deps import UUID_PATTERN
@@ -89,6 +89,12 @@ class JobPublic(Camel):
     )
 
 
+OcrLanguages = Annotated[
+    list[Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]{2})?$")]],
+    Field(min_length=1, max_length=8),
+]
+
+
 class DatasetCreate(Camel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=200)
@@ -97,6 +103,12 @@ class DatasetCreate(Camel):
         None, ge=16, le=8190, description="Tokens per chunk (at most what the model reads)."
     )
     chunk_overlap: Count | None = Field(None, ge=0, le=4094, description="Tokens shared.")
+    ocr_languages: OcrLanguages | None = Field(
+        None,
+        description="What OCR reads scans and images in, ISO 639-1 codes (default en, zh: the "
+        "bundled engine's; others need Tesseract's data for them, and a dataset asking for one "
+        "this server cannot read is refused with the list of those it can).",
+    )
     embedding_model: str | None = Field(
         None,
         max_length=200,
@@ -111,6 +123,9 @@ class DatasetUpdate(Camel):
     description: str | None = Field(None, max_length=10_000)
     chunk_size: Count | None = Field(None, ge=16, le=8190)
     chunk_overlap: Count | None = Field(None, ge=0, le=4094)
+    ocr_languages: OcrLanguages | None = Field(
+        None, description="Applies to documents ingested or reindexed from now on."
+    )
     embedding_model: str | None = Field(
         None,
         max_length=200,
@@ -136,6 +151,9 @@ class DatasetPublic(Camel):
     embedding_model: str
     chunk_size: int
     chunk_overlap: int
+    ocr_languages: list[str] = Field(
+        description="The languages OCR reads the dataset's scans in (ISO 639-1 codes)."
+    )
     is_default: bool
     document_count: int
     chunk_count: int

@@ -78,6 +78,10 @@ class Dataset(Timestamps, Base):
     embedding_model: Mapped[str] = mapped_column(String(200))
     chunk_size: Mapped[int] = mapped_column(Integer)
     chunk_overlap: Mapped[int] = mapped_column(Integer)
+    # what OCR reads the dataset's scans in (ISO 639-1 codes; ingest/parsers/ocr.py)
+    ocr_languages: Mapped[list[str]] = mapped_column(
+        JSON, default=lambda: ["en", "zh"], server_default='["en", "zh"]'
+    )
     is_default: Mapped[bool] = mapped_column(Boolean, default=False)
 
 

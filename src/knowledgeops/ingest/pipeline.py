@@ -40,6 +40,7 @@ from knowledgeops.ingest.ocr_record import OcrTracker
 from knowledgeops.ingest.parsers.base import ContentType
 from knowledgeops.ingest.parsers.isolated import InlineParsing, Parsing
 from knowledgeops.ingest.parsers.limits import DEFAULT_LIMITS, ParseLimits
+from knowledgeops.ingest.parsers.ocr import DEFAULT_LANGUAGES as DEFAULT_OCR_LANGUAGES
 from knowledgeops.ingest.prepare import ChunkSpec, ChunkStream
 from knowledgeops.ingest.reembed import REEMBED_KIND, Reembedder
 from knowledgeops.jobs.model import Job
@@ -60,6 +61,7 @@ class _Source:
     chunk_size: int
     chunk_overlap: int
     model: str  # the dataset's embedding model
+    ocr_languages: tuple[str, ...]  # the dataset's: what OCR reads its scans in
 
 
 @dataclass(eq=False)
@@ -133,6 +135,7 @@ class IngestPipeline:
             max_chunks=self.limits.max_chunks if part is None else part.max_chunks,
             first_page=None if part is None else part.first_page,
             last_page=None if part is None else part.last_page,
+            ocr_languages=source.ocr_languages,
         )
 
     # --- a large PDF, in parts --------------------------------------------------------------------
@@ -214,13 +217,23 @@ class IngestPipeline:
                     datasets.c.chunk_size,
                     datasets.c.chunk_overlap,
                     datasets.c.embedding_model,
+                    datasets.c.ocr_languages,
                 )
                 .join(datasets, datasets.c.id == documents.c.dataset_id)
                 .where(documents.c.id == document_id)
             ).first()
         if row is None:
             raise PermanentError("the document was deleted", code="document_deleted")
-        return _Source(*row)
+        m = row._mapping
+        return _Source(
+            blob_key=m["blob_key"],
+            content_type=m["content_type"],
+            file_name=m["file_name"],
+            chunk_size=m["chunk_size"],
+            chunk_overlap=m["chunk_overlap"],
+            model=m["embedding_model"],
+            ocr_languages=tuple(m["ocr_languages"] or DEFAULT_OCR_LANGUAGES),
+        )
 
     def _embed_and_index(
         self,

@@ -21,6 +21,7 @@ class ChunkSpec:
     max_chunks: int  # KOPS_MAX_CHUNKS_PER_DOCUMENT
     first_page: int | None = None  # a page range of a PDF (one part of a split document) …
     last_page: int | None = None  # … both from 1, inclusive
+    ocr_languages: tuple[str, ...] = ("en", "zh")  # the dataset's: what OCR reads scans in
 
     @property
     def pages(self) -> tuple[int, int] | None:

@@ -21,6 +21,8 @@ from knowledgeops.db.schema import datasets, documents, ingest_jobs
 from knowledgeops.errors import Conflict, InvalidField, InvalidRequest, NotFound
 from knowledgeops.ingest.embedders.models import Models
 from knowledgeops.ingest.index.base import ChunkIndex
+from knowledgeops.ingest.parsers.ocr import DEFAULT_LANGUAGES as DEFAULT_OCR_LANGUAGES
+from knowledgeops.ingest.parsers.ocr import available_languages as ocr_languages_available
 from knowledgeops.ingest.reembed import REEMBED_KIND
 from knowledgeops.jobs.model import NewJob
 from knowledgeops.jobs.states import OPEN
@@ -56,6 +58,21 @@ def check_chunking(size: int, overlap: int, max_tokens: int = MODEL_MAX_TOKENS) 
         raise InvalidRequest(
             "chunkOverlap must be at least 0 and less than half of chunkSize", code="invalid_field"
         )
+
+
+def check_ocr_languages(languages: list[str]) -> list[str]:
+    """The languages, without repeats, if OCR can read each here; else 422 naming what it can
+    (the bundled engine's, and those of an installed Tesseract)."""
+    available = ocr_languages_available()
+    unknown = [language for language in languages if language not in available]
+    if unknown:
+        raise InvalidField(
+            f"ocrLanguages: OCR here cannot read {', '.join(unknown)}; it reads "
+            f"{', '.join(sorted(available))} (more with Tesseract's language data: "
+            "docs/formats.md)",
+            code="unknown_ocr_language",
+        )
+    return list(dict.fromkeys(languages))
 
 
 @dataclass(eq=False)
@@ -182,9 +199,11 @@ class Datasets:
         chunk_size: int | None = None,
         chunk_overlap: int | None = None,
         embedding_model: str | None = None,
+        ocr_languages: list[str] | None = None,
     ) -> DatasetView:
         """A dataset embedded by `embedding_model` (the deployment's default if None): 422
-        naming the available models for one this deployment does not run."""
+        naming the available models for one this deployment does not run; likewise for OCR
+        languages it cannot read."""
         try:
             with self.db.write() as conn:
                 return self._insert(
@@ -196,6 +215,7 @@ class Datasets:
                     chunk_overlap,
                     False,
                     embedding_model=embedding_model,
+                    ocr_languages=ocr_languages,
                 )
         except IntegrityError:
             raise Conflict(
@@ -213,8 +233,10 @@ class Datasets:
         is_default: bool,
         *,
         embedding_model: str | None = None,
+        ocr_languages: list[str] | None = None,
     ) -> DatasetView:
         model = self.models.spec(embedding_model or self.models.default)
+        languages = check_ocr_languages(ocr_languages or list(DEFAULT_OCR_LANGUAGES))
         size = chunk_size if chunk_size is not None else self.defaults.chunk_size
         overlap = (
             chunk_overlap
@@ -233,6 +255,7 @@ class Datasets:
                 embedding_model=model.model_id,
                 chunk_size=size,
                 chunk_overlap=overlap,
+                ocr_languages=languages,
                 is_default=is_default,
                 created_at=now,
                 updated_at=now,
@@ -246,8 +269,17 @@ class Datasets:
         once (uploads from now on are embedded by it) and a re-embed job takes its searchable
         documents to it (ingest/reembed.py). A model change waits for the dataset's jobs:
         409 while one is pending or running."""
-        allowed = {"name", "description", "chunk_size", "chunk_overlap", "embedding_model"}
+        allowed = {
+            "name",
+            "description",
+            "chunk_size",
+            "chunk_overlap",
+            "embedding_model",
+            "ocr_languages",
+        }
         values = {k: v for k, v in changes.items() if k in allowed and v is not None}
+        if "ocr_languages" in values:
+            values["ocr_languages"] = check_ocr_languages(values["ocr_languages"])
         started = False
         try:
             with self.db.write() as conn:

@@ -41,6 +41,7 @@ class DatasetView:
     embedding_model: str
     chunk_size: int
     chunk_overlap: int
+    ocr_languages: list[str]
     is_default: bool
     document_count: int
     chunk_count: int

@@ -46,6 +46,7 @@ def create_dataset(
         body.chunk_size,
         body.chunk_overlap,
         embedding_model=body.embedding_model,
+        ocr_languages=body.ocr_languages,
     )
     response.headers["Location"] = f"/datasets/{created.id}"
     return created

@@ -38,6 +38,7 @@ from knowledgeops.errors import JobError
 from knowledgeops.ingest.parsers import limits as parse_limits
 from knowledgeops.ingest.parsers import progress
 from knowledgeops.ingest.parsers.limits import ParseLimits
+from knowledgeops.ingest.parsers.ocr import using_languages as ocr_languages
 
 if TYPE_CHECKING:
     from knowledgeops.ingest.parsers.base import Block
@@ -103,12 +104,15 @@ def serve(conn: Connection) -> None:
                 page_range = None
                 if chunk is not None and chunk.get("first_page") is not None:
                     page_range = (int(chunk["first_page"]), int(chunk["last_page"]))
-                blocks = parse(path, content_type, page_range)
-                if chunk is None:
-                    _send_blocks(conn, blocks)
-                    pages = None
-                else:
-                    pages = _send_drafts(conn, blocks, request["chunk"])
+                languages = None if chunk is None else chunk.get("ocr_languages")
+                with ocr_languages(languages):
+                    blocks = parse(path, content_type, page_range)
+                    if chunk is None:
+                        _send_blocks(conn, blocks)
+                        pages = None
+                    else:
+                        chunk["ocr_languages"] = tuple(languages or ())
+                        pages = _send_drafts(conn, blocks, chunk)
             _send(conn, {"kind": "done", "pages": pages})
         except JobError as exc:
             category = exc.category.value

@@ -44,6 +44,7 @@ from knowledgeops.ingest.parsers import limits as parse_limits
 from knowledgeops.ingest.parsers import progress, wire
 from knowledgeops.ingest.parsers.base import Block
 from knowledgeops.ingest.parsers.limits import ParseLimits
+from knowledgeops.ingest.parsers.ocr import using_languages as ocr_languages
 from knowledgeops.ingest.prepare import ChunkSpec, prepare
 
 log = logging.getLogger(__name__)
@@ -379,11 +380,16 @@ class InlineParsing:
         content_type: str,
         pages: tuple[int, int] | None = None,
         on_progress: progress.Sink | None = None,
+        languages: tuple[str, ...] | None = None,
     ) -> Generator[Block, None, None]:
         from knowledgeops.ingest.parsers.registry import parse  # noqa: PLC0415 (parser libraries stay out of a worker whose parsers run in a child)
 
         def blocks() -> Generator[Block, None, None]:
-            with parse_limits.using(self.limits), progress.listening(on_progress):
+            with (
+                parse_limits.using(self.limits),
+                progress.listening(on_progress),
+                ocr_languages(languages),
+            ):
                 yield from parse(path, content_type, pages)
 
         return blocks()
@@ -402,7 +408,7 @@ class InlineParsing:
         tokenizer: Tokenizer,
         on_progress: progress.Sink | None = None,
     ) -> Generator[ChunkDraft, None, int | None]:
-        blocks = self.parse(path, content_type, spec.pages, on_progress)
+        blocks = self.parse(path, content_type, spec.pages, on_progress, spec.ocr_languages)
         return prepare(blocks, tokenizer, spec)
 
     def prestart(self) -> None:

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +28,7 @@ DETECT_SIDE = 1280  # px: the longest side of the image text is detected on
 MIN_SCORE = 0.5  # a recognised line scoring less is dropped (RapidOCR's own default)
 REC_BATCH = 8  # lines recognised at once
 LANGUAGES = frozenset({"en", "zh"})  # what the bundled models read (Latin script and Chinese)
+DEFAULT_LANGUAGES = ("en", "zh")
 ROW_TOLERANCE = 0.5  # boxes whose centres are this many line heights apart share a row
 
 
@@ -102,12 +106,58 @@ def _rows(lines: list[tuple[np.ndarray, str]]) -> list[str]:
     return [" ".join(text for _, _, _, text in sorted(row, key=lambda i: i[1])) for row in rows]
 
 
+def available_languages() -> frozenset[str]:
+    """The languages a dataset may ask OCR for here: the bundled models' and those of an
+    installed Tesseract (tesseract.py)."""
+    from knowledgeops.ingest.parsers import tesseract  # noqa: PLC0415 (its probe runs a program)
+
+    return LANGUAGES | tesseract.available_languages()
+
+
+_LANGUAGES: ContextVar[tuple[str, ...]] = ContextVar(
+    "kops_ocr_languages", default=DEFAULT_LANGUAGES
+)
+
+
+@contextmanager
+def using_languages(languages: Sequence[str] | None) -> Iterator[None]:
+    """OCR in `languages` (a dataset's setting) for the parse in this context."""
+    token = _LANGUAGES.set(tuple(languages) if languages else DEFAULT_LANGUAGES)
+    try:
+        yield
+    finally:
+        _LANGUAGES.reset(token)
+
+
+def read_page(image: np.ndarray, threads: int = 0) -> OcrPage:
+    """OCR one page image in the languages of this parse: RapidOCR when its bundled models read
+    them all (English, Chinese), else Tesseract with each language's data."""
+    languages = _LANGUAGES.get()
+    if set(languages) <= LANGUAGES:
+        return read_image(image, threads)
+    from knowledgeops.ingest.parsers import tesseract  # noqa: PLC0415 (the second engine, for other languages)
+
+    missing = sorted(set(languages) - tesseract.available_languages())
+    if missing:
+        raise OcrUnavailable(
+            f"OCR in {', '.join(missing)} needs Tesseract with that language's data on this "
+            "worker (apt-get install tesseract-ocr "
+            + " ".join(
+                f"tesseract-ocr-{tesseract.TESSERACT_CODES.get(m, m).replace('_', '-')}"
+                for m in missing
+            )
+            + ")"
+        )
+    return tesseract.read_image(image, languages, threads)
+
+
 def read_image(image: np.ndarray, threads: int = 0) -> OcrPage:
-    """OCR one page image (grey, RGB or RGBA, uint8); `threads` for the model (0: its
-    default, all cores)."""
+    """OCR one page image (grey, RGB or RGBA, uint8) with RapidOCR; `threads` for the model
+    (0: its default, all cores)."""
     engine = _engine(threads)
     rgb = _rgb(image)
     boxes = _detect(engine, rgb)
+    _trim()  # detection's buffers, before recognition makes its own
     lines: list[tuple[np.ndarray, str]] = []
     weighted = 0.0
     chars = 0
@@ -124,6 +174,29 @@ def read_image(image: np.ndarray, threads: int = 0) -> OcrPage:
             chars += len(text)
             if float(score) >= MIN_SCORE:
                 lines.append((box, text))
+    del rgb, boxes
+    _trim()
     if not chars:
         return OcrPage(text="", confidence=None)
     return OcrPage(text="\n".join(_rows(lines)), confidence=weighted / chars)
+
+
+@functools.cache
+def _libc() -> Any:
+    import ctypes  # noqa: PLC0415
+    import ctypes.util  # noqa: PLC0415
+
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+
+
+def _trim() -> None:
+    """Give the memory a page's images and tensors used back to the system (glibc keeps freed
+    heap memory for reuse: without this a parser process that has read a few pages holds
+    their peak for good)."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)

@@ -159,10 +159,17 @@ def _page_image(pdf: Any, index: int) -> Any:
 def ocr_page(image: Any, page: int, done: int, total: int) -> str:
     """OCR one page image and report it; its text, or "" when it holds none or is below the
     confidence threshold (reported as low)."""
-    from knowledgeops.ingest.parsers.ocr import read_image  # noqa: PLC0415 (the OCR engine loads with the first scanned page)
+    from knowledgeops.ingest.parsers.ocr import OcrUnavailable, read_page  # noqa: PLC0415 (the OCR engine loads with the first scanned page)
 
     limits = current_limits()
-    result = read_image(image, limits.ocr_threads)
+    try:
+        result = read_page(image, limits.ocr_threads)
+    except OcrUnavailable as exc:
+        raise UserActionRequired(
+            f"Page {page} needs OCR, which cannot run here: {exc}. Ask the operator to install "
+            "it, or set the dataset's ocrLanguages to ones this server reads.",
+            code="ocr_unavailable",
+        ) from exc
     low = result.confidence is not None and result.confidence < limits.ocr_min_confidence
     progress.report(OcrProgress(done, total, page, result.confidence, low))
     return "" if low else result.text

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import io
 import random
-import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -31,6 +29,7 @@ import pypdfium2 as pdfium
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 from knowledgeops.errors import LabError
+from knowledgeops.ingest.parsers import tesseract
 from knowledgeops.ingest.parsers.ocr import read_image
 from knowledgeops.ingest.parsers.pdf import OCR_DPI
 from knowledgeops.lab.bench.endtoend import EmbeddedServer, connect
@@ -41,7 +40,6 @@ CJK_FONTS = (
     "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
     "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc",
 )
-TESSERACT_LANGS = {"en": "eng", "zh": "chi_sim"}
 A4_PX = (1654, 2339)  # A4 at 200 dpi
 SAMPLE_PERIOD_S = 0.2
 
@@ -137,18 +135,6 @@ def chinese_pages(seeds: Path, count: int, font: Path) -> list[tuple[str, Image.
     return pages
 
 
-def _tesseract(image: Image.Image, language: str) -> str:
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "page.png"
-        image.save(path)
-        done = subprocess.run(
-            ["tesseract", str(path), "stdout", "-l", TESSERACT_LANGS[language], "--psm", "3"],
-            capture_output=True,
-            check=True,
-        )
-    return done.stdout.decode("utf-8", "replace")
-
-
 def _accuracy(engine: str, language: str, pages: list[tuple[str, Image.Image]]) -> EngineAccuracy:
     clean: list[float] = []
     degraded: list[float] = []
@@ -159,7 +145,7 @@ def _accuracy(engine: str, language: str, pages: list[tuple[str, Image.Image]]) 
             if engine == "rapidocr":
                 text = read_image(np.asarray(picture)).text
             else:
-                text = _tesseract(picture, language)
+                text = tesseract.read_image(np.asarray(picture), (language,)).text
             if target is clean:
                 seconds += time.perf_counter() - began
             target.append(cer(truth, text))
@@ -171,13 +157,6 @@ def _accuracy(engine: str, language: str, pages: list[tuple[str, Image.Image]]) 
         round(float(np.mean(degraded)), 4),
         round(seconds / len(pages), 2),
     )
-
-
-def _tesseract_has(language: str) -> bool:
-    if shutil.which("tesseract") is None:
-        return False
-    listed = subprocess.run(["tesseract", "--list-langs"], capture_output=True, check=False)
-    return TESSERACT_LANGS[language] in listed.stdout.decode().split()
 
 
 def scanned_pdf(images: list[Image.Image], out: Path) -> Path:
@@ -269,7 +248,7 @@ def run_ocr_bench(
         )
     for language, pages in samples.items():
         figures.accuracy.append(_accuracy("rapidocr", language, pages))
-        if _tesseract_has(language):
+        if language in tesseract.available_languages():
             figures.accuracy.append(_accuracy("tesseract", language, pages))
         else:
             figures.skipped.append(f"Tesseract {language}: not installed")

@@ -1,4 +1,4 @@
-"""OCR progress and low-confidence pages of a job
+"""OCR progress and low-confidence pages of a job; the OCR languages of a dataset
 
 Revision ID: 0008
 Revises: 0007
@@ -33,7 +33,13 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("job_id", name=op.f("pk_job_ocr")),
     )
+    with op.batch_alter_table("datasets") as batch:
+        batch.add_column(
+            sa.Column("ocr_languages", sa.JSON(), nullable=False, server_default='["en", "zh"]')
+        )
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("datasets") as batch:
+        batch.drop_column("ocr_languages")
     op.drop_table("job_ocr")
