@@ -45,6 +45,8 @@ def test_a_scanned_pdf_is_found_by_search_and_its_unsure_page_is_flagged(
     assert job["ocrPagesTotal"] == 3
     assert job["ocrPagesDone"] == 3
     assert job["lowConfidencePages"] == [2]
+    # two clean pages near 1, the noise page far below: the mean says the scan is not all good
+    assert 0.5 < job["ocrMeanConfidence"] < 0.9
     assert "ocr" in stages_of(client, job["id"])
     dataset = job["datasetId"]
     for phrase, page in (("tide tables", 1), ("lanterns", 3), ("kelp forest", 4)):
@@ -74,6 +76,7 @@ def test_a_photo_of_a_page_is_a_document_and_a_text_pdf_shows_no_ocr(
         None,
         [],
     )
+    assert plain["ocrMeanConfidence"] is None
 
 
 def test_an_image_without_text_fails_saying_what_to_do(client, tmp_path: Path) -> None:

@@ -51,13 +51,23 @@ def small_source(folder: Path) -> Path:
 def test_the_corpus_has_every_format_no_shared_text_and_is_reused(tmp_path: Path) -> None:
     source = small_source(tmp_path / "source")
     out = build(source, tmp_path / "corpus", groups_per_format=3)
-    files = sorted(p for p in out.iterdir() if p.name != "manifest.json")
+    files = sorted(p for p in out.iterdir() if p.is_file() and p.name != "manifest.json")
     assert {p.suffix for p in files} == {".pdf", ".html", ".md", ".docx", ".txt"}
+    others = sorted((out / "formats").iterdir())
+    assert [p.suffix for p in others].count(".pptx") == 3
+    assert {p.suffix for p in others} == {".pptx", ".xlsx", ".csv", ".epub", ".eml"}
+    scanned = pdfium.PdfDocument(str(out / "scans" / "rust-book-scanned.pdf"))
+    assert len(scanned) == 12  # the whole (short) book, as page images
+    assert not scanned[0].get_textpage().get_text_range().strip()  # no text layer
     assert len(pdfium.PdfDocument(str(out / "rust-book.pdf"))) == 12
     for pdf in (p for p in files if p.name.startswith("reference-") and p.suffix == ".pdf"):
         assert len(pdfium.PdfDocument(str(pdf))) >= 1
     manifest = json.loads((out / "manifest.json").read_text())
-    assert sorted(manifest["files"]) == [p.name for p in files]
+    others_named = [f"formats/{p.name}" for p in others] + ["scans/rust-book-scanned.pdf"]
+    assert sorted(manifest["files"]) == sorted([p.name for p in files] + others_named)
+    # every file of another format has the phrase `kops bench formats` searches for
+    assert sorted(manifest["phrases"]) == sorted(others_named)
+    assert all(len(phrase.split()) == 4 for phrase in manifest["phrases"].values())
     # no section went to two files: each "part N" heading appears in exactly one of them
     texts = {p.name: p.read_text() for p in files if p.suffix in {".html", ".md"}}
     for n in range(len(TOPICS) * 2):
@@ -88,7 +98,7 @@ def test_kops_bench_measures_the_pipeline_ceiling_over_http(tmp_path: Path) -> N
             "--corpus",
             str(corpus),
             "--skip",
-            "embedded,raw,accept,peer,scaleout,memory",
+            "embedded,raw,accept,peer,scaleout,memory,formats",
             "--accept-seconds",
             "1",
             "--out",
@@ -102,7 +112,7 @@ def test_kops_bench_measures_the_pipeline_ceiling_over_http(tmp_path: Path) -> N
     )
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out.read_text())
-    documents = len([p for p in corpus.iterdir() if p.name != "manifest.json"])
+    documents = len([p for p in corpus.iterdir() if p.is_file() and p.name != "manifest.json"])
     (run,) = report["runs"]
     assert run["name"] == "null embedder"
     assert run["documents"] == run["completed"] == documents

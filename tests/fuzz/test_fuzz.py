@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from PIL import Image, ImageDraw
 
 from knowledgeops.errors import JobError
 from knowledgeops.ingest.chunker import HFTokenizer, TokenChunker
@@ -86,7 +87,19 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
                 simple_message("Two", "<p>Second</p>", html=True),
             ],
         ).read_bytes(),
+        # small images of a word (OCR of a whole page would take seconds an example)
+        ContentType.PNG: _word_image("PNG"),
+        ContentType.TIFF: _word_image("TIFF"),
+        ContentType.JPEG: _word_image("JPEG"),
     }
+
+
+def _word_image(image_format: str) -> bytes:
+    image = Image.new("L", (160, 48), 255)
+    ImageDraw.Draw(image).text((8, 14), "Harbour 42", fill=0)
+    buffer = io.BytesIO()
+    image.save(buffer, image_format)
+    return buffer.getvalue()
 
 
 @st.composite
@@ -159,6 +172,9 @@ NAMES = {
     ContentType.EPUB: "epub",
     ContentType.EMAIL: "eml",
     ContentType.MBOX: "mbox",
+    ContentType.PNG: "png",
+    ContentType.TIFF: "tiff",
+    ContentType.JPEG: "jpeg",
 }
 FORMATS = list(NAMES)
 # the XML part of each package format that its parser reads most of

@@ -87,6 +87,10 @@ class JobPublic(Camel):
         description="Pages OCR read with a confidence below KOPS_OCR_MIN_CONFIDENCE: left out "
         "of the index rather than indexed as garbage; rescan them for their text."
     )
+    ocr_mean_confidence: float | None = Field(
+        description="The mean OCR confidence (0–1) of the pages OCR read text on; each page's "
+        "is recorded with the job."
+    )
 
 
 OcrLanguages = Annotated[

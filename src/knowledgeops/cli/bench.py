@@ -190,6 +190,24 @@ def bench_memory(
         out.write_text(json.dumps(asdict(figures), indent=2))
 
 
+@bench_app.command("formats")
+def bench_formats(
+    corpus: CorpusOption = None,
+    source: SourceOption = None,
+    workers: Annotated[int, typer.Option(min=1, help="Worker threads of the service.")] = 2,
+    out: OutOption = None,
+) -> None:
+    """Slides, sheets, CSV, e-books, e-mail and a scanned book through `kops serve`: per format
+    the documents completed and their chunks, and a phrase of each found by search."""
+    figures = lab("bench.formats", needs=("reportlab",)).run_formats(
+        _corpus(corpus, source), workers=workers
+    )
+    console.print_json(json.dumps(asdict(figures)))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(asdict(figures), indent=2))
+
+
 @bench_app.command("ocr")
 def bench_ocr(
     source: SourceOption = None,

@@ -190,6 +190,8 @@ class JobOcr(Base):
     pages_done: Mapped[int] = mapped_column(Integer, default=0)
     pages_total: Mapped[int] = mapped_column(Integer, default=0)
     low_confidence_pages: Mapped[list[int]] = mapped_column(JSON, default=list)
+    # [page, confidence] of every page read (confidence null: no text on it)
+    page_confidences: Mapped[list[list[float | None]]] = mapped_column(JSON, default=list)
 
 
 class JobEvent(Base):

@@ -1,6 +1,6 @@
-"""A job's OCR, as the job shows it: the stage `ocr` with pages read of pages to read, and the
-pages OCR read too unsurely to index (`job_ocr`, written in the transaction of each progress
-report, so the counts are as honest as the chunk counts).
+"""A job's OCR, as the job shows it: the stage `ocr` with pages read of pages to read, the
+pages OCR read too unsurely to index, and each page's confidence (`job_ocr`, written in the
+transaction of each progress report, so the counts are as honest as the chunk counts).
 
 While OCR is under way the job's stage stays `ocr`, even when the first chunks are already
 being embedded (the parser reads ahead); once the last page is read, the stage moves on to
@@ -26,6 +26,11 @@ class OcrSummary:
     pages_done: int
     pages_total: int
     low_confidence_pages: list[int]
+    confidences: list[float]  # of the pages read that held text
+
+    @property
+    def mean_confidence(self) -> float | None:
+        return round(sum(self.confidences) / len(self.confidences), 3) if self.confidences else None
 
 
 @dataclass(eq=False)
@@ -35,6 +40,7 @@ class OcrTracker:
 
     ctx: JobContext
     low: list[int] = field(default_factory=list)
+    confidences: list[list[float | None]] = field(default_factory=list)  # [page, confidence]
     running: bool = False
     later: Stage | None = None  # the stage the pipeline reached while OCR ran
 
@@ -46,8 +52,11 @@ class OcrTracker:
         return wanted
 
     def __call__(self, event: OcrProgress) -> None:
-        if event.page is not None and event.low:
-            self.low.append(event.page)
+        if event.page is not None:
+            confidence = None if event.confidence is None else round(event.confidence, 4)
+            self.confidences.append([event.page, confidence])
+            if event.low:
+                self.low.append(event.page)
         finished = event.done >= event.total
         stage: Stage | None = Stage.OCR
         if finished:
@@ -57,6 +66,7 @@ class OcrTracker:
             "pages_done": event.done,
             "pages_total": event.total,
             "low_confidence_pages": sorted(self.low),
+            "page_confidences": list(self.confidences),
         }
         job_id = self.ctx.job.id
 
@@ -84,10 +94,12 @@ def summaries(tx: Tx, job_ids: Sequence[str]) -> dict[str, OcrSummary]:
     for query in (own.where(job_ocr.c.job_id.in_(job_ids)), parts):
         for row in tx.execute(query):
             m = row._mapping
-            before = found.get(m["job"], OcrSummary(0, 0, []))
+            before = found.get(m["job"], OcrSummary(0, 0, [], []))
+            read = [float(c) for _, c in m["page_confidences"] if c is not None]
             found[m["job"]] = OcrSummary(
                 before.pages_done + m["pages_done"],
                 before.pages_total + m["pages_total"],
                 sorted({*before.low_confidence_pages, *m["low_confidence_pages"]}),
+                before.confidences + read,
             )
     return found

@@ -102,6 +102,7 @@ class JobView:
     ocr_pages_done: int | None  # pages OCR has read (None: the document needs no OCR)
     ocr_pages_total: int | None  # … of the pages without a text layer
     low_confidence_pages: list[int]  # OCR'd too unsurely: flagged, not indexed
+    ocr_mean_confidence: float | None  # of the pages OCR read text on
 
     @classmethod
     def from_row(cls, row: Any, ocr: OcrSummary | None = None) -> JobView:
@@ -117,6 +118,7 @@ class JobView:
             ocr_pages_done=None if ocr is None else ocr.pages_done,
             ocr_pages_total=None if ocr is None else ocr.pages_total,
             low_confidence_pages=[] if ocr is None else ocr.low_confidence_pages,
+            ocr_mean_confidence=None if ocr is None else ocr.mean_confidence,
         )
 
 

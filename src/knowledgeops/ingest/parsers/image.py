@@ -9,6 +9,7 @@ Photos are turned upright by their EXIF orientation.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,15 +37,21 @@ NO_TEXT_MESSAGE = (
 Image.MAX_IMAGE_PIXELS = None
 
 
-def _open(path: Path) -> Image.Image:
-    try:
-        return Image.open(path)
-    except (UnidentifiedImageError, SyntaxError, ValueError) as exc:
-        raise PermanentError(
-            "The file could not be read as an image; it may be damaged. Export it again and "
-            "upload the new copy.",
-            code="corrupt_file",
-        ) from exc
+# What Pillow raises on a damaged image (a truncated read, a bad header or tag, a frame that
+# does not decode). The file itself is opened before Pillow sees it, so an OSError from here
+# on is the image's, not the storage's.
+DECODE_ERRORS = (OSError, ValueError, EOFError, SyntaxError, IndexError, KeyError, struct.error,
+                 ZeroDivisionError, TypeError)  # fmt: skip
+
+
+def _damaged(exc: BaseException, page: int | None = None) -> PermanentError:
+    where = f"Page {page} of the image" if page is not None and page > 1 else "The image"
+    reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+    return PermanentError(
+        f"{where} could not be decoded ({reason}); it may be damaged. Export it again and "
+        "upload the new copy.",
+        code="corrupt_file",
+    )
 
 
 def _checked_size(image: Image.Image, page: int) -> None:
@@ -76,31 +83,37 @@ class ImageParser:
         self.content_type = content_type
 
     def parse(self, path: Path) -> Iterator[Block]:
-        image = _open(path)
-        try:
-            frames = min(getattr(image, "n_frames", 1), MAX_FRAMES)
-            progress.report(OcrProgress(0, frames))
-            found = False
-            for index in range(frames):
-                try:
-                    image.seek(index)
-                    _checked_size(image, index + 1)
-                    pixels = _pixels(image)
-                except (OSError, ValueError, EOFError) as exc:
-                    raise PermanentError(
-                        f"Page {index + 1} of the image could not be decoded ({exc}); it may be "
-                        "damaged. Export it again and upload the new copy.",
-                        code="corrupt_file",
-                    ) from exc
-                text = ocr_page(pixels, index + 1, index + 1, frames)
-                del pixels
-                if text.strip():
-                    found = True
-                    yield Block(text=text, page=index + 1)
-            if not found:
-                raise PermanentError(NO_TEXT_MESSAGE, code="no_text_found")
-        finally:
-            image.close()
+        with path.open("rb") as fh:
+            try:
+                image = Image.open(fh)
+                frames = min(getattr(image, "n_frames", 1), MAX_FRAMES)
+            except UnidentifiedImageError as exc:
+                raise _damaged(exc) from exc
+            except DECODE_ERRORS as exc:
+                raise _damaged(exc) from exc
+            try:
+                yield from self._frames(image, frames)
+            finally:
+                image.close()
+
+    @staticmethod
+    def _frames(image: Image.Image, frames: int) -> Iterator[Block]:
+        progress.report(OcrProgress(0, frames))
+        found = False
+        for index in range(frames):
+            try:
+                image.seek(index)
+                _checked_size(image, index + 1)
+                pixels = _pixels(image)
+            except DECODE_ERRORS as exc:
+                raise _damaged(exc, index + 1) from exc
+            text = ocr_page(pixels, index + 1, index + 1, frames)
+            del pixels
+            if text.strip():
+                found = True
+                yield Block(text=text, page=index + 1)
+        if not found:
+            raise PermanentError(NO_TEXT_MESSAGE, code="no_text_found")
 
 
 IMAGE_TYPES = (

@@ -1,5 +1,6 @@
-"""The bench's default corpus, built from real documents: at least 50 files of every supported
-format, one of them over 300 pages.
+"""The bench's default corpus, built from real documents: at least 50 files of the text formats,
+one of them over 300 pages; and, in formats/ and scans/, slides, sheets, CSV, e-books, e-mail
+and a scanned book (formats.py), which only `kops bench formats` ingests.
 
 The source is a folder holding the project's reference documents (`shared/corpus`: the Rust book
 as a 580-page PDF, the Rust Reference as one HTML page, a file of licence texts). The book's PDF
@@ -23,7 +24,7 @@ from xml.sax import saxutils
 import docx
 from selectolax.lexbor import LexborHTMLParser
 
-CORPUS_VERSION = 1
+CORPUS_VERSION = 2  # 2: formats/ and scans/ (formats.py)
 FORMATS = ("html", "md", "docx", "pdf")
 SOURCE_FILES = ("rustbook.pdf", "reference.html", "licenses.txt")
 TEXT_PARTS = 10  # plain-text files cut from the licences
@@ -88,7 +89,11 @@ def build(source: Path, out: Path, *, groups_per_format: int = 12) -> Path:
         name = f"licenses-{number + 1:02d}.txt"
         (out / name).write_text(part, encoding="utf-8")
         files.append(name)
-    manifest.write_text(json.dumps({**wanted, "files": files}, indent=2))
+    from knowledgeops.lab.bench import formats  # noqa: PLC0415 (it needs the parsers' writers)
+
+    phrases = formats.build(source, out, groups)
+    files.extend(phrases)
+    manifest.write_text(json.dumps({**wanted, "files": files, "phrases": phrases}, indent=2))
     return out
 
 

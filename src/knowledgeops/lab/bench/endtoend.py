@@ -78,7 +78,15 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def corpus_files(corpus: Path) -> list[Path]:
-    return sorted(p for p in corpus.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
+    """The corpus's text documents (not formats/ and scans/: `kops bench formats` reads
+    those), so that the figures compare with earlier runs and with the peer."""
+    return sorted(
+        p
+        for p in corpus.rglob("*")
+        if p.is_file()
+        and p.suffix.lower() in SUFFIXES
+        and not set(p.relative_to(corpus).parts[:-1]) & {"formats", "scans"}
+    )
 
 
 class EmbeddedServer:

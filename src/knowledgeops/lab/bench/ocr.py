@@ -90,6 +90,7 @@ def english_pages(book: Path, count: int, first: int = 40) -> list[tuple[str, Im
     """`count` pages of the book spread over it: (text layer, 200 dpi grey image)."""
     pdf = pdfium.PdfDocument(str(book))
     try:
+        first = min(first, max(0, len(pdf) - count))  # a short book: from its start
         step = max(1, (len(pdf) - first) // count)
         out = []
         for index in range(first, len(pdf), step)[:count]:

@@ -37,6 +37,7 @@ from knowledgeops.lab.bench.endtoend import (
     measure,
     wait_for_stage,
 )
+from knowledgeops.lab.bench.formats import FormatsFigures, files_of, run_formats
 from knowledgeops.lab.bench.memory import MemoryFigures, run_memory
 from knowledgeops.lab.bench.peer import PeerFigures
 from knowledgeops.lab.bench.raw import Int8Figures, RawFigures
@@ -45,7 +46,7 @@ from knowledgeops.settings import load_settings
 
 log = logging.getLogger(__name__)
 
-PHASES = ("ceiling", "embedded", "raw", "accept", "peer", "scaleout", "memory")
+PHASES = ("ceiling", "embedded", "raw", "accept", "peer", "scaleout", "memory", "formats")
 # (the int8 model is measured with "raw", on the same chunks, when the int8 extra is installed)
 TARGETS = {
     "ratio_end_to_end_to_raw": (">=", 0.90),
@@ -72,6 +73,7 @@ class BenchReport:
     peer: PeerFigures | None = None
     accept: dict[str, AcceptFigures] = field(default_factory=dict)
     memory: MemoryFigures | None = None
+    documents_of_other_formats: FormatsFigures | None = None
     summary: dict[str, Any] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
 
@@ -113,6 +115,12 @@ def run_bench(
     if "memory" not in skip:
         _phase("memory: 1,000 documents, then one 500 MB, 2,000-page PDF")
         report.memory = run_memory(corpus_text(files), largest_pdf(files), workers=workers)
+    if "formats" not in skip:
+        if files_of(corpus):
+            _phase("slides, sheets, CSV, e-books, e-mail and a scanned book")
+            report.documents_of_other_formats = run_formats(corpus, workers=workers)
+        else:
+            report.skipped["formats"] = "the corpus has no formats/ or scans/ folder"
     report.summary = summarise(report)
     return report
 

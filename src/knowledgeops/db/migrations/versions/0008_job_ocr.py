@@ -25,6 +25,7 @@ def upgrade() -> None:
         sa.Column("pages_done", sa.Integer(), nullable=False),
         sa.Column("pages_total", sa.Integer(), nullable=False),
         sa.Column("low_confidence_pages", sa.JSON(), nullable=False),
+        sa.Column("page_confidences", sa.JSON(), nullable=False),
         sa.ForeignKeyConstraint(
             ["job_id"],
             ["ingest_jobs.id"],
