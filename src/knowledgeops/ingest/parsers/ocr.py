@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-DETECT_SIDE = 1280  # px: the longest side of the image text is detected on
+DETECT_SIDE = 960  # px: the longest side of the image text is detected on
 MIN_SCORE = 0.5  # a recognised line scoring less is dropped (RapidOCR's own default)
 REC_BATCH = 8  # lines recognised at once
 LANGUAGES = frozenset({"en", "zh"})  # what the bundled models read (Latin script and Chinese)
