@@ -190,6 +190,14 @@ def bench_memory(
         out.write_text(json.dumps(asdict(figures), indent=2))
 
 
+def _print_figures(figures: Any, out: Path | None) -> None:
+    """A phase's figures as JSON on the terminal, and into `out` when given."""
+    console.print_json(json.dumps(asdict(figures)))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(asdict(figures), indent=2))
+
+
 @bench_app.command("formats")
 def bench_formats(
     corpus: CorpusOption = None,
@@ -202,10 +210,7 @@ def bench_formats(
     figures = lab("bench.formats", needs=("reportlab",)).run_formats(
         _corpus(corpus, source), workers=workers
     )
-    console.print_json(json.dumps(asdict(figures)))
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(asdict(figures), indent=2))
+    _print_figures(figures, out)
 
 
 @bench_app.command("ocr")
@@ -231,10 +236,7 @@ def bench_ocr(
         accuracy_pages=accuracy_pages,
         scan_pages=scan_pages,
     )
-    console.print_json(json.dumps(asdict(figures)))
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(asdict(figures), indent=2))
+    _print_figures(figures, out)
 
 
 @bench_app.command("search")
