@@ -70,7 +70,8 @@ def cer(truth: str, read: str) -> float:
     from rapidfuzz.distance import Levenshtein  # noqa: PLC0415 (the bench extra)
 
     a, b = "".join(truth.split()), "".join(read.split())
-    return Levenshtein.distance(a, b) / max(len(a), 1)
+    distance: int = Levenshtein.distance(a, b)
+    return distance / max(len(a), 1)
 
 
 def degrade(image: Image.Image, seed: int) -> Image.Image:
