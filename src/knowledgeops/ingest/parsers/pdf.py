@@ -46,9 +46,8 @@ ENCRYPTED_MESSAGE = (
     "and upload it again."
 )
 NO_TEXT_MESSAGE = (
-    "No text was found in the PDF: it has no text layer, and OCR read no text on its pages "
-    "that it was sure of. Check that the scan is legible (at least 200 dpi, upright) and "
-    "upload it again."
+    "The PDF has no text layer, and OCR found no text on its pages that it was sure of. "
+    "Check that the scan is legible (at least 200 dpi, upright) and upload it again."
 )
 
 # PDFium reports a hyphen that ended a layout line as U+FFFE (get_text_range) or U+0002

@@ -262,9 +262,14 @@ def run_formats(corpus: Path, *, workers: int = 2) -> FormatsFigures:
             figures.phrases_asked += 1
             hits = client.post(
                 f"/datasets/{job['datasetId']}/search",
-                json={"query": phrase, "mode": "keyword", "topK": 5},
+                json={
+                    "query": phrase,
+                    "mode": "keyword",
+                    "topK": 5,
+                    "filter": {"documentIds": [job["documentId"]]},
+                },
             ).json()["results"]
-            if any(hit["documentId"] == job["documentId"] for hit in hits):
+            if hits:  # the search was confined to this document
                 figures.phrases_found += 1
             else:
                 figures.missed.append(f"{path.name}: {phrase!r} not found")

@@ -74,7 +74,7 @@ def cer(truth: str, read: str) -> float:
     return distance / max(len(a), 1)
 
 
-def degrade(image: Image.Image, seed: int) -> Image.Image:
+def degrade(image: Image.Image, seed: int = 1) -> Image.Image:
     """A photocopy-like copy: rotated by up to 1.2°, blurred, speckled, saved as a poor JPEG."""
     rng = random.Random(seed)
     out = image.rotate(rng.uniform(-1.2, 1.2), resample=Image.Resampling.BICUBIC, fillcolor=255)
