@@ -76,6 +76,26 @@ class Settings(BaseSettings):
         description="Uploads get 429 with Retry-After while this many jobs wait for a worker.",
     )
 
+    max_streams_per_key: int = Field(
+        50,
+        ge=1,
+        le=10_000,
+        description="Event streams (GET …/events) one API key may hold open in one API process; "
+        "one more gets 429.",
+    )
+    change_retention_s: float = Field(
+        86_400.0,
+        gt=0,
+        description="How long the record of job changes that event streams replay "
+        "(Last-Event-ID) is kept, in seconds; the relay prunes older changes.",
+    )
+    stream_poll_s: float = Field(
+        0.2,
+        gt=0,
+        le=10,
+        description="How often an API process reads new job changes for its open event streams.",
+    )
+
     # workers
     workers: int = Field(2, ge=1, le=64, description="Worker threads in the embedded default.")
     heartbeat_interval_s: float = Field(5.0, gt=0)  # s

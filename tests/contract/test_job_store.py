@@ -43,18 +43,31 @@ class Harness:
         self.recorder = recorder
 
     def new_job(
-        self, *, max_attempts: int = 3, key: str | None = None, at: datetime = T0, tx: Any = None
+        self,
+        *,
+        max_attempts: int = 3,
+        key: str | None = None,
+        at: datetime = T0,
+        tx: Any = None,
+        dataset_id: str | None = None,
     ) -> Job:
-        job_id, doc_id, ds_id = (str(uuid.uuid4()) for _ in range(3))
+        """A pending job on a new document, in a new dataset or in `dataset_id` (one an
+        earlier call made)."""
+        job_id, doc_id = str(uuid.uuid4()), str(uuid.uuid4())
+        ds_id = dataset_id or str(uuid.uuid4())
         if self.db is None:
             return self.store.add(
                 NewJob(job_id, doc_id, ds_id, 1, max_attempts, idempotency_key=key), now=at
             )
         if tx is None:
             with self.db.write() as conn:
-                return self.new_job(max_attempts=max_attempts, key=key, at=at, tx=conn)
+                return self.new_job(
+                    max_attempts=max_attempts, key=key, at=at, tx=conn, dataset_id=dataset_id
+                )
         conn = tx
-        insert_document(conn, insert_dataset(conn, ds_id), doc_id)
+        if dataset_id is None:
+            insert_dataset(conn, ds_id)
+        insert_document(conn, ds_id, doc_id)
         return self.store.add(
             NewJob(job_id, doc_id, ds_id, 1, max_attempts, idempotency_key=key),
             now=at,

@@ -195,12 +195,19 @@ class JobOcr(Base):
 
 
 class JobEvent(Base):
-    """What happened to jobs, for metrics: each stage's duration, each retry and failure with
-    its error category, each completion. Not keyed to the job row, so that deleting a document
-    does not make counters go backwards."""
+    """What happened to jobs. For metrics: each stage's duration, each retry and failure with
+    its error category, each completion. For live progress (kind `change`): each change a user
+    can see (status, stage, counts, attempt, error) as the job stood after it, which the event
+    streams follow by id (docs/architecture.md: Live progress). Not keyed to the job row, so
+    that deleting a document does not make counters go backwards."""
 
     __tablename__ = "job_events"
-    __table_args__ = (Index(None, "kind", "category"), Index(None, "kind", "stage"))
+    __table_args__ = (
+        Index(None, "kind", "category"),
+        Index(None, "kind", "stage"),
+        Index(None, "job_id", "id"),
+        Index(None, "dataset_id", "id"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(String(36))
@@ -210,6 +217,16 @@ class JobEvent(Base):
     category: Mapped[str | None] = mapped_column(String(32), nullable=True)
     code: Mapped[str | None] = mapped_column(String(64), nullable=True)
     seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # the job after a change (kind `change`; null on the metrics rows)
+    dataset_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    document_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    status: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    total: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    processed: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    attempt: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_attempts: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    retryable: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
 
 
 class Outbox(Base):

@@ -17,9 +17,9 @@ from datetime import datetime
 from typing import Any, cast
 
 from knowledgeops.db.engine import Tx
-from knowledgeops.jobs.model import Job, JobMetrics, Lease, OutboxItem
+from knowledgeops.jobs.model import Change, Job, JobMetrics, Lease, OutboxItem
 from knowledgeops.jobs.parts import Summed
-from knowledgeops.jobs.records import age
+from knowledgeops.jobs.records import CHANGE, OUTCOMES, age, change_of
 from knowledgeops.jobs.rows import Fence, Values
 from knowledgeops.jobs.states import OPEN, JobStatus
 from knowledgeops.jobs.store import JobStore, TransitionListener
@@ -46,6 +46,7 @@ class MemoryJobStore(JobStore):
         self.events: list[dict[str, Any]] = []
         self._stage_started_at: dict[str, datetime] = {}
         self._ids = itertools.count(1)
+        self._event_ids = itertools.count(1)
         self._lock = threading.RLock()
         self._publishing = threading.Lock()
 
@@ -176,7 +177,13 @@ class MemoryJobStore(JobStore):
         self.outbox.append(_OutboxRow(next(self._ids), job_id, now, available_at))
 
     def _add_events(self, tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
-        self.events += rows
+        self.events += [{**row, "id": next(self._event_ids)} for row in rows]
+
+    def _last_change(self, tx: Tx, job_id: str) -> dict[str, Any] | None:
+        for row in reversed(self.events):
+            if row["kind"] == CHANGE and row["job_id"] == job_id:
+                return cast(dict[str, Any], row)
+        return None
 
     def _silent_running(self, tx: Tx, stale_before: datetime) -> list[tuple[str, str | None]]:
         return [
@@ -253,6 +260,48 @@ class MemoryJobStore(JobStore):
             self.outbox = keep
             return pruned
 
+    # --- the record of changes ------------------------------------------------------------------
+    def record_after(self, *, after: int, limit: int) -> list[tuple[int, Change | None]]:
+        with self._lock:
+            rows = [row for row in self.events if row["id"] > after][:limit]
+            return [(row["id"], change_of(row) if row["kind"] == CHANGE else None) for row in rows]
+
+    def changes(
+        self,
+        *,
+        after: int,
+        through: int,
+        limit: int,
+        job_id: str | None = None,
+        dataset_id: str | None = None,
+    ) -> list[Change]:
+        with self._lock:
+            found = [
+                change_of(row)
+                for row in self.events
+                if row["kind"] == CHANGE
+                and after < row["id"] <= through
+                and (job_id is None or row["job_id"] == job_id)
+                and (dataset_id is None or row["dataset_id"] == dataset_id)
+            ]
+            return found[:limit]
+
+    def last_event_id(self) -> int:
+        with self._lock:
+            return self.events[-1]["id"] if self.events else 0
+
+    def prune_changes(self, *, before: datetime) -> int:
+        with self._lock:
+            newest = self.last_event_id()
+            keep = [
+                row
+                for row in self.events
+                if not (row["kind"] == CHANGE and row["at"] < before and row["id"] < newest)
+            ]
+            pruned = len(self.events) - len(keep)
+            self.events = keep
+            return pruned
+
     def metrics(self, *, now: datetime) -> JobMetrics:
         with self._lock:
             by_status = Counter(job.status.value for job in self.jobs.values())
@@ -267,7 +316,7 @@ class MemoryJobStore(JobStore):
                 if job.status is JobStatus.RUNNING and not self._waiting_on_parts(job)
             ]
             outcomes = Counter(
-                (e["kind"], e["category"] or "") for e in self.events if e["kind"] != "stage"
+                (e["kind"], e["category"] or "") for e in self.events if e["kind"] in OUTCOMES
             )
             stages: dict[str, tuple[int, float]] = {}
             for e in self.events:

@@ -1,4 +1,5 @@
-"""What the jobs core reads and writes: a job, a new job, a lease, an outbox item, metrics."""
+"""What the jobs core reads and writes: a job, a new job, a lease, a change, an outbox item,
+metrics."""
 
 from __future__ import annotations
 
@@ -97,6 +98,28 @@ class Failure:
     message: str
     code: str
     category: str
+    retryable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A change of a job a user can see, as recorded (`job_events`, kind `change`): the job as it
+    stood after it. `id` orders changes; the event streams resume after one."""
+
+    id: int
+    at: datetime
+    job_id: str
+    dataset_id: str
+    document_id: str | None
+    status: str
+    stage: str
+    total: int | None
+    processed: int
+    attempt: int
+    max_attempts: int
+    error: str | None
+    error_code: str | None
+    error_category: str | None
     retryable: bool
 
 

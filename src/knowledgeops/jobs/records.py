@@ -1,16 +1,20 @@
 """What a job's change records: the columns each ending writes on the job, and the rows of the
 `job_events` record (a finished stage's duration; each retry, failure, cancel and completion with
-its error category), written in the transaction of the change they describe. `/metrics` counts
-outcomes and stage times from that record."""
+its error category; and, kind `change`, the job as it stands after each change a user can see),
+written in the transaction of the change they describe. `/metrics` counts outcomes and stage
+times from that record; the event streams follow its `change` rows."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from knowledgeops.jobs.model import Failure, Job
+from knowledgeops.jobs.model import Change, Failure, Job
 from knowledgeops.jobs.states import Stage
+
+OUTCOMES = frozenset({"completed", "retry", "failed", "cancelled"})  # the kinds /metrics counts
+CHANGE = "change"
 
 # --- the columns an ending writes ---------------------------------------------------------------
 
@@ -79,10 +83,78 @@ def failure_event(
     return outcome_event(job, kind, now, failure.category, failure.code)
 
 
+def change_event(job: Job, now: datetime) -> dict[str, Any]:
+    """The job as it stands after a change, as the event streams show it."""
+    return _event_row(
+        job.id,
+        CHANGE,
+        now,
+        stage=job.stage.value,
+        category=job.error_category,
+        code=job.error_code,
+        dataset_id=job.dataset_id,
+        document_id=job.document_id,
+        status=job.status.value,
+        total=job.total_chunks,
+        processed=job.processed_chunks,
+        attempt=job.attempt,
+        max_attempts=job.max_attempts,
+        error=job.error,
+        retryable=job.retryable,
+    )
+
+
+def shown(row: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    """What a `change` row shows, to tell a change from a write that changed nothing seen."""
+    if row is None:
+        return None
+    return tuple(row[name] for name in _SHOWN)
+
+
+_SHOWN = ("status", "stage", "total", "processed", "attempt", "max_attempts", "code", "error")
+_COLUMNS = (
+    "stage",
+    "category",
+    "code",
+    "seconds",
+    "dataset_id",
+    "document_id",
+    "status",
+    "total",
+    "processed",
+    "attempt",
+    "max_attempts",
+    "error",
+    "retryable",
+)
+
+
 def _event_row(job_id: str, kind: str, at: datetime, **values: Any) -> dict[str, Any]:
-    row: dict[str, Any] = {"stage": None, "category": None, "code": None, "seconds": None}
+    row: dict[str, Any] = dict.fromkeys(_COLUMNS)  # every row has every column (one INSERT)
     row.update(values)
     return {"job_id": job_id, "kind": kind, "at": at, **row}
+
+
+def change_of(row: Any) -> Change:
+    """A `change` row (a mapping or a SQL row with the table's columns) as a `Change`."""
+    m: Mapping[str, Any] = row if isinstance(row, dict) else row._mapping
+    return Change(
+        id=m["id"],
+        at=m["at"],
+        job_id=m["job_id"],
+        dataset_id=m["dataset_id"] or "",
+        document_id=m["document_id"],
+        status=m["status"] or "",
+        stage=m["stage"] or "",
+        total=m["total"],
+        processed=m["processed"] or 0,
+        attempt=m["attempt"] or 0,
+        max_attempts=m["max_attempts"] or 0,
+        error=m["error"],
+        error_code=m["code"],
+        error_category=m["category"],
+        retryable=bool(m["retryable"]),
+    )
 
 
 # A part's own end is not an outcome users see: its parent's is. Its retries and stages count.

@@ -3,7 +3,8 @@ Failure classes).
 
 Each pass it (1) moves running jobs whose heartbeat went stale to retrying or failed, (2) writes a
 new outbox row for runnable jobs nobody claimed long after their last publish, (3) publishes due
-outbox rows (new jobs, retries whose `run_after` came) and (4) prunes old published rows. When
+outbox rows (new jobs, retries whose `run_after` came) and (4) prunes old published rows and
+the record of job changes past its retention. When
 the broker refuses a message the row stays unpublished and the next pass tries again.
 """
 
@@ -48,12 +49,18 @@ class Relay(Ticker):
         republish_after_s: float,
         interval_s: float,
         clock: Callable[[], datetime],
+        change_retention_s: float | None = None,
     ) -> None:
+        """`change_retention_s`: how long the record of job changes (what event streams replay)
+        is kept; None keeps it all."""
         self.store = store
         self.dispatcher = dispatcher
         self.policy = policy
         self.stale_after = timedelta(seconds=stale_after_s)
         self.republish_after = timedelta(seconds=republish_after_s)
+        self.change_retention = (
+            None if change_retention_s is None else timedelta(seconds=change_retention_s)
+        )
         self.clock = clock
         self._backlog: int | None = None
         self._backlog_at: datetime | None = None
@@ -76,6 +83,8 @@ class Relay(Ticker):
         requeued = self.store.requeue_unclaimed(published_before=now - unclaimed_for, now=now)
         published, failed = self.publish_due()
         self.store.prune_outbox(published_before=now - PRUNE_AFTER)
+        if self.change_retention is not None:
+            self.store.prune_changes(before=now - self.change_retention)
         return RelayPass(len(rescued), requeued, published, failed)
 
     def rescue(self, *, stale_before: datetime) -> list[Job]:

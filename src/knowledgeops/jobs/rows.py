@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from knowledgeops.db.engine import Tx
-from knowledgeops.jobs.model import Job, JobMetrics, Lease, OutboxItem
+from knowledgeops.jobs.model import Change, Job, JobMetrics, Lease, OutboxItem
 from knowledgeops.jobs.parts import Summed
 
 Values = dict[str, Any]  # columns of a job row, by name (enums as enums)
@@ -105,6 +105,10 @@ class JobRows(ABC):
     def _add_events(self, tx: Tx, rows: Sequence[dict[str, Any]]) -> None: ...
 
     @abstractmethod
+    def _last_change(self, tx: Tx, job_id: str) -> dict[str, Any] | None:
+        """The newest `change` row of the job (its columns by name), or None."""
+
+    @abstractmethod
     def _silent_running(self, tx: Tx, stale_before: datetime) -> list[tuple[str, str | None]]:
         """(id, parent id) of running jobs silent since before `stale_before`, not waiting on
         parts."""
@@ -138,6 +142,35 @@ class JobRows(ABC):
     @abstractmethod
     def outbox_backlog(self, *, now: datetime) -> tuple[int, float]:
         """(unpublished rows that are due, age in seconds of the oldest of them)."""
+
+    # --- the record of changes: what the event streams follow --------------------------------
+    @abstractmethod
+    def record_after(self, *, after: int, limit: int) -> list[tuple[int, Change | None]]:
+        """The `job_events` rows after id `after`, in id order, at most `limit`: each row's id
+        with its `Change` when it is one (the other rows are metrics). Every id is returned so a
+        reader can tell a gap (a transaction not yet committed) from the end."""
+
+    @abstractmethod
+    def changes(
+        self,
+        *,
+        after: int,
+        through: int,
+        limit: int,
+        job_id: str | None = None,
+        dataset_id: str | None = None,
+    ) -> list[Change]:
+        """The changes with `after` < id ≤ `through`, of one job or one dataset when given, in
+        id order, at most `limit`."""
+
+    @abstractmethod
+    def last_event_id(self) -> int:
+        """The newest `job_events` id (0 when there is none)."""
+
+    @abstractmethod
+    def prune_changes(self, *, before: datetime) -> int:
+        """Delete `change` rows older than `before`, keeping the newest row of the record (so
+        ids never go back); returns the rows deleted. Metrics rows are kept."""
 
     @abstractmethod
     def metrics(self, *, now: datetime) -> JobMetrics:

@@ -21,9 +21,9 @@ from knowledgeops.db.engine import Database, Tx
 from knowledgeops.db.schema import ingest_jobs as J
 from knowledgeops.db.schema import job_events as E
 from knowledgeops.db.schema import outbox as O
-from knowledgeops.jobs.model import Job, JobMetrics, Lease, OutboxItem
+from knowledgeops.jobs.model import Change, Job, JobMetrics, Lease, OutboxItem
 from knowledgeops.jobs.parts import Summed
-from knowledgeops.jobs.records import age
+from knowledgeops.jobs.records import CHANGE, OUTCOMES, age, change_of
 from knowledgeops.jobs.rows import Fence, Values
 from knowledgeops.jobs.states import OPEN, JobStatus, Stage
 from knowledgeops.jobs.store import JobStore, TransitionListener
@@ -155,6 +155,15 @@ class SqlJobStore(JobStore):
         if rows:
             tx.execute(insert(E), list(rows))
 
+    def _last_change(self, tx: Tx, job_id: str) -> dict[str, Any] | None:
+        row = tx.execute(
+            select(E)
+            .where(E.c.job_id == job_id, E.c.kind == CHANGE)
+            .order_by(E.c.id.desc())
+            .limit(1)
+        ).first()
+        return None if row is None else dict(row._mapping)
+
     def _silent_running(self, tx: Tx, stale_before: datetime) -> list[tuple[str, str | None]]:
         found = tx.execute(
             select(J.c.id, J.c.parent_id).where(
@@ -253,6 +262,41 @@ class SqlJobStore(JobStore):
             )
             return int(result.rowcount)
 
+    # --- the record of changes ------------------------------------------------------------------
+    def record_after(self, *, after: int, limit: int) -> list[tuple[int, Change | None]]:
+        with self.db.read() as conn:
+            rows = conn.execute(select(E).where(E.c.id > after).order_by(E.c.id).limit(limit))
+            return [(row.id, change_of(row) if row.kind == CHANGE else None) for row in rows]
+
+    def changes(
+        self,
+        *,
+        after: int,
+        through: int,
+        limit: int,
+        job_id: str | None = None,
+        dataset_id: str | None = None,
+    ) -> list[Change]:
+        stmt = select(E).where(E.c.kind == CHANGE, E.c.id > after, E.c.id <= through)
+        if job_id is not None:
+            stmt = stmt.where(E.c.job_id == job_id)
+        if dataset_id is not None:
+            stmt = stmt.where(E.c.dataset_id == dataset_id)
+        with self.db.read() as conn:
+            return [change_of(row) for row in conn.execute(stmt.order_by(E.c.id).limit(limit))]
+
+    def last_event_id(self) -> int:
+        with self.db.read() as conn:
+            return int(conn.scalar(select(func.max(E.c.id))) or 0)
+
+    def prune_changes(self, *, before: datetime) -> int:
+        with self.db.write() as conn:
+            newest = conn.scalar(select(func.max(E.c.id))) or 0
+            result = conn.execute(
+                delete(E).where(E.c.kind == CHANGE, E.c.at < before, E.c.id < newest)
+            )
+            return int(result.rowcount)
+
     def metrics(self, *, now: datetime) -> JobMetrics:
         with self.db.read() as conn:
             by_status = {
@@ -276,7 +320,7 @@ class SqlJobStore(JobStore):
                 (kind, category or ""): int(count)
                 for kind, category, count in conn.execute(
                     select(E.c.kind, E.c.category, func.count())
-                    .where(E.c.kind != "stage")
+                    .where(E.c.kind.in_(sorted(OUTCOMES)))
                     .group_by(E.c.kind, E.c.category)
                 )
             }

@@ -31,11 +31,13 @@ from knowledgeops.jobs.model import Failure, Job, Lease, NewJob
 from knowledgeops.jobs.parts import new_part, part_budget, progress
 from knowledgeops.jobs.records import (
     cancel_values,
+    change_event,
     completed_values,
     counted,
     failure_event,
     failure_values,
     outcome_event,
+    shown,
     stage_event,
 )
 from knowledgeops.jobs.rows import Fence, JobRows, Values
@@ -84,6 +86,7 @@ class JobStore(JobRows):
         with self._joined(tx) as conn:
             self._insert(conn, [job])
             self._add_outbox(conn, job.id, now, now)
+            self._record_change(conn, job.id, now)
             return self._reload(conn, job.id)
 
     def get(self, job_id: str) -> Job | None:
@@ -147,11 +150,12 @@ class JobStore(JobRows):
                 ended = stage_event(lease.job_id, before.stage.value, started, now)
                 values["stage_started_at"] = now
             self._hold(tx, lease, values)
-            self._add_events(tx, ended)
             if work is not None:
                 work(tx)
             if lease.parent_id is not None:
                 self._refresh_parent(tx, lease.parent_id, now)
+            self._add_events(tx, ended)  # event rows last: their ids are taken just before commit
+            self._record_change(tx, lease.parent_id or lease.job_id, now)
 
     def heartbeat(self, leases: Sequence[Lease], *, now: datetime) -> list[Lease]:
         """Refresh heartbeats; returns the leases that are no longer held."""
@@ -234,6 +238,7 @@ class JobStore(JobRows):
             for part_id in ids:
                 self._add_outbox(tx, part_id, now, now)
             work(tx, ids)
+            self._record_change(tx, job.id, now)
             return ids
 
     # --- operator actions -----------------------------------------------------------------------
@@ -359,12 +364,24 @@ class JobStore(JobRows):
             return False
         if job.parent_id is not None:
             self._part_moved(tx, job, new_status, now)
+            self._record_change(tx, job.parent_id, now)  # its progress, if that moved
             return True
         if self.listener is not None:
             self.listener.on_transition(tx, job, new_status)
         if new_status in (JobStatus.FAILED, JobStatus.CANCELLED):
             self._cancel_parts(tx, job.id, now)
+        self._record_change(tx, job.id, now)
         return True
+
+    def _record_change(self, tx: Tx, job_id: str, now: datetime) -> None:
+        """Record the job as it now stands if a user would see a difference since its last
+        recorded change (a part's changes show on its parent, not on their own)."""
+        job = self._load(tx, job_id)
+        if job is None or job.parent_id is not None:
+            return
+        row = change_event(job, now)
+        if shown(row) != shown(self._last_change(tx, job_id)):
+            self._add_events(tx, [row])
 
     def _hold(self, tx: Tx, lease: Lease, values: Values) -> None:
         if not self._update_held(tx, lease, values):

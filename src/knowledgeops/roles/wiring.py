@@ -284,6 +284,7 @@ def make_relay(settings: Settings, store: JobStore, dispatcher: Dispatcher, cloc
         republish_after_s=settings.republish_after_s,
         interval_s=settings.relay_interval_s,
         clock=clock,
+        change_retention_s=settings.change_retention_s,
     )
 
 
