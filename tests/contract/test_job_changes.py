@@ -131,9 +131,7 @@ def test_changes_are_read_by_job_by_dataset_and_up_to_an_id(harness: Harness) ->
     other = harness.new_job()
     harness.store.cancel(a.id, now=at(1))
     head = harness.store.last_event_id()
-    in_dataset = harness.store.changes(
-        after=0, through=head, limit=100, dataset_id=a.dataset_id
-    )
+    in_dataset = harness.store.changes(after=0, through=head, limit=100, dataset_id=a.dataset_id)
     assert [(c.job_id, c.status) for c in in_dataset] == [
         (a.id, "pending"),
         (b.id, "pending"),
@@ -148,13 +146,14 @@ def test_changes_are_read_by_job_by_dataset_and_up_to_an_id(harness: Harness) ->
 
 
 def test_the_record_lists_every_row_id_and_marks_the_changes(harness: Harness) -> None:
-    job, lease = harness.running()
+    _job, lease = harness.running()
     harness.store.report(lease, now=at(1), stage=Stage.PARSING)
     harness.store.report(lease, now=at(2), stage=Stage.EMBEDDING)  # leaves parsing: a stage row
     harness.store.complete(lease, now=at(3))  # a stage row and an outcome row too
     rows = harness.store.record_after(after=0, limit=1000)
     ids = [row_id for row_id, _ in rows]
-    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
     assert ids[-1] == harness.store.last_event_id()
     changes = [c for _, c in rows if c is not None]
     assert [c.status for c in changes][-1] == "completed"
@@ -166,7 +165,7 @@ def test_the_record_lists_every_row_id_and_marks_the_changes(harness: Harness) -
 def test_pruning_drops_old_changes_and_keeps_metrics_and_the_newest_row(
     harness: Harness,
 ) -> None:
-    job, lease = harness.running()
+    _job, lease = harness.running()
     harness.store.complete(lease, now=at(1))
     before = harness.store.metrics(now=at(2))
     head = harness.store.last_event_id()
