@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import re
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from knowledgeops.errors import ClientError
+from knowledgeops.events_wire import StreamEvent, parse_events
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
 
@@ -32,6 +35,52 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def follow(
+        self,
+        path: str,
+        *,
+        last_event_id: str | None = None,
+        idle_timeout_s: float = 60.0,
+        reconnects: int = 5,
+    ) -> Iterator[StreamEvent]:
+        """The events of an event stream (`/docs/jobs/{id}/events`, `/datasets/{id}/events`),
+        reconnecting with Last-Event-ID when the connection drops (at most `reconnects` times in
+        a row), so none is missed. The first event has only an id: where the stream began. A
+        stream idle longer than `idle_timeout_s` (the server sends a comment every 15 s) counts
+        as dropped."""
+        failures = 0
+        while True:
+            headers = {"Last-Event-ID": last_event_id} if last_event_id is not None else {}
+            timeout = httpx.Timeout(10.0, read=idle_timeout_s)
+            try:
+                with self._http.stream("GET", path, headers=headers, timeout=timeout) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        self._raise_for(response)
+                    for event in parse_events(response.iter_lines()):
+                        failures = 0
+                        if event.id is not None:
+                            last_event_id = event.id
+                        yield event
+            except httpx.TransportError as exc:
+                failures += 1
+                if failures > reconnects:
+                    raise ClientError(
+                        f"lost the event stream {path} from {self.base_url} "
+                        f"({type(exc).__name__}: {exc or 'no detail'})"
+                    ) from None
+            time.sleep(min(2.0, 0.2 * 2**failures))
+
+    def _raise_for(self, response: httpx.Response) -> None:
+        try:
+            body = response.json()
+            message, code = body.get("error", response.text), body.get("code")
+        except ValueError:
+            message, code = response.text or response.reason_phrase, None
+        if response.status_code == 401:
+            message = f"{message} (the kops CLI sends the key in KOPS_API_KEY)"
+        raise ClientError(message, status=response.status_code, code=code)
+
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = self._http.request(method, path, **kwargs)
@@ -48,14 +97,7 @@ class Client:
         except httpx.HTTPError as exc:
             raise ClientError(f"request to {self.base_url}{path} failed: {exc}") from None
         if response.status_code >= 400:
-            try:
-                body = response.json()
-                message, code = body.get("error", response.text), body.get("code")
-            except ValueError:
-                message, code = response.text or response.reason_phrase, None
-            if response.status_code == 401:
-                message = f"{message} (the kops CLI sends the key in KOPS_API_KEY)"
-            raise ClientError(message, status=response.status_code, code=code)
+            self._raise_for(response)
         return response.json() if response.content else None
 
     # --- documents and jobs ---------------------------------------------------------------------

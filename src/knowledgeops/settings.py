@@ -95,6 +95,13 @@ class Settings(BaseSettings):
         le=10,
         description="How often an API process reads new job changes for its open event streams.",
     )
+    stream_heartbeat_s: float = Field(
+        15.0,
+        gt=0,
+        le=300,
+        description="An idle event stream gets a comment line this often, so proxies keep it "
+        "open and clients notice a dead connection.",
+    )
 
     # workers
     workers: int = Field(2, ge=1, le=64, description="Worker threads in the embedded default.")

@@ -16,6 +16,7 @@ from knowledgeops.api.deps import reject_unknown_query
 from knowledgeops.api.routes import (
     datasets,
     documents,
+    events,
     health,
     jobs,
     metrics,
@@ -24,6 +25,8 @@ from knowledgeops.api.routes import (
     uploads,
 )
 from knowledgeops.api.schemas import ErrorPublic
+from knowledgeops.api.streams import StreamSlots
+from knowledgeops.jobs.feed import ChangeFeed
 from knowledgeops.service.knowledge_base import KnowledgeBase
 
 PROTECTED: dict[int | str, dict[str, Any]] = {
@@ -50,6 +53,7 @@ def create_app(
         try:
             yield
         finally:
+            feed.stop()
             if on_stop is not None:
                 on_stop()
 
@@ -63,12 +67,16 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
+    # the record of job changes, read for this process's event streams (started by the first)
+    feed = ChangeFeed(service.jobs.store, poll_s=service.admission.stream_poll_s)
+    app.state.feed = feed
+    app.state.stream_slots = StreamSlots(service.admission.max_streams_per_key)
     app.state.metrics = metrics.registry_for(service)
     app.state.rate_limiter = rate_limiter_for(service.admission)
     errors.install(app)
     for module in (health, metrics):
         app.include_router(module.router)
-    for module in (uploads, jobs, documents, datasets, search, models):  # need an API key
+    for module in (uploads, jobs, events, documents, datasets, search, models):  # need a key
         app.include_router(
             module.router,
             responses=PROTECTED,

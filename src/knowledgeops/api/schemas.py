@@ -93,6 +93,34 @@ class JobPublic(Camel):
     )
 
 
+class JobChangePublic(Camel):
+    """One event of a job stream (`event: job`): the job as it stood after a change."""
+
+    event_id: int = Field(
+        description="Orders the changes; the SSE `id:` of the event, sent back as "
+        "Last-Event-ID to resume after it."
+    )
+    job_id: str
+    dataset_id: str
+    document_id: str | None
+    status: str
+    stage: str
+    unit: Literal["chunks", "documents"]
+    total_chunks: int | None
+    processed_chunks: int
+    attempt: int
+    max_attempts: int
+    error: str | None
+    error_code: str | None
+    error_category: str | None
+    retryable: bool
+    ocr_pages_done: int | None = Field(
+        None, description="While the stage is ocr: pages read (as of when the event was sent)."
+    )
+    ocr_pages_total: int | None = None
+    at: datetime = Field(description="When the change was made.")
+
+
 OcrLanguages = Annotated[
     list[Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]{2})?$")]],
     Field(min_length=1, max_length=8),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,8 +19,13 @@ from knowledgeops.client import Client
 from knowledgeops.errors import ClientError
 from knowledgeops.jobs.states import TERMINAL
 
-SUFFIXES = {".pdf", ".docx", ".html", ".htm", ".xhtml", ".md", ".markdown", ".txt", ".text"}
+SUFFIXES = {
+    *(".pdf", ".docx", ".html", ".htm", ".xhtml", ".md", ".markdown", ".txt", ".text"),
+    *(".pptx", ".xlsx", ".csv", ".tsv", ".epub", ".eml", ".mbox"),
+    *(".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp", ".bmp"),
+}
 WIDE_TABLE = 140  # columns from which `kops jobs` shows errors in the table
+RECHECK_S = 30.0  # s: while following the event stream, each open job is also read this often
 
 
 def _walk(paths: list[Path]) -> list[Path]:
@@ -36,6 +42,44 @@ def _walk(paths: list[Path]) -> list[Path]:
         else:
             raise fail(f"{path}: no such file or folder")
     return files
+
+
+class DatasetEvents:
+    """The dataset's event stream, read in a thread from before the first upload, so every
+    change of the jobs this command starts arrives without polling; `latest` holds each job's
+    newest state. `failed` says why the stream could not be followed (then `_follow` polls)."""
+
+    def __init__(self, client: Client, dataset_id: str) -> None:
+        self.client = client
+        self.path = f"/datasets/{dataset_id}/events"
+        self.latest: dict[str, dict[str, Any]] = {}
+        self.changed = threading.Event()
+        self.opened = threading.Event()
+        self.failed: str | None = None
+        self._lock = threading.Lock()
+        threading.Thread(target=self._read, name="kops-ingest-events", daemon=True).start()
+        self.opened.wait(10)
+
+    def _read(self) -> None:
+        try:
+            for event in self.client.follow(self.path):
+                self.opened.set()
+                if event.event == "job" and isinstance(event.data, dict):
+                    with self._lock:
+                        self.latest[event.data["jobId"]] = event.data
+                    self.changed.set()
+        except ClientError as exc:
+            self.failed = str(exc)
+        finally:
+            self.opened.set()
+            self.changed.set()
+
+    def take(self, job_ids: set[str], wait_s: float) -> dict[str, dict[str, Any]]:
+        """The newest state of those of `job_ids` that changed, waiting up to `wait_s`."""
+        self.changed.wait(wait_s)
+        self.changed.clear()
+        with self._lock:
+            return {job_id: self.latest.pop(job_id) for job_id in job_ids if job_id in self.latest}
 
 
 def _progress_line(job: dict[str, Any]) -> tuple[str, int | None, int]:
@@ -70,6 +114,7 @@ def ingest(
             BarColumn(),
             MofNCompleteColumn(),
         )
+        events = DatasetEvents(Client(url), dataset_id) if wait else None
         with Progress(*columns, console=console, transient=False) as progress:
             open_jobs: dict[str, TaskID] = {}
             for path in files:
@@ -83,9 +128,9 @@ def ingest(
                     progress.add_task(label, total=1, stage="rejected")
                     continue
                 open_jobs[accepted["jobId"]] = progress.add_task(label, total=None, stage="pending")
-            if wait:
+            if events is not None:
                 try:
-                    _follow(client, progress, open_jobs, failures, timeout)
+                    _follow(client, events, progress, open_jobs, failures, timeout)
                 except ClientError as exc:
                     raise fail(
                         f"{exc}\nThe {len(open_jobs)} unfinished uploads were accepted and are "
@@ -101,29 +146,43 @@ def ingest(
 
 def _follow(
     client: Client,
+    events: DatasetEvents,
     progress: Progress,
     open_jobs: dict[str, TaskID],
     failures: list[str],
     timeout: float,
 ) -> None:
+    """Show each job's progress until it ends: from the dataset's event stream, and from a
+    read of every open job now and then (a duplicate upload's job may have ended before the
+    stream opened; a server without streams is polled)."""
     deadline = time.monotonic() + timeout
+    read_at = 0.0
     while open_jobs:
-        for job_id, task in list(open_jobs.items()):
-            job = client.job(job_id)
+        if events.failed is None and time.monotonic() - read_at < RECHECK_S:
+            changed = events.take(set(open_jobs), wait_s=1.0)
+        else:
+            changed = {job_id: client.job(job_id) for job_id in open_jobs}
+            read_at = time.monotonic()
+            if events.failed is not None:
+                time.sleep(0.5)
+        for job_id, job in changed.items():
+            task = open_jobs[job_id]
             stage, total, done = _progress_line(job)
             progress.update(task, total=total, completed=done, stage=stage)
             if job["status"] in TERMINAL:
                 del open_jobs[job_id]
                 if job["status"] != "completed":
+                    # an event does not name the file: the job's own read does
+                    ended = job if "fileName" in job else client.job(job_id)
                     failures.append(
-                        f"{job['fileName'] or job['kind']}: {job['status']}: {job['error']} "
-                        f"[{job['errorCategory'] or job['errorCode']}] (job {job_id})"
+                        f"{ended['fileName'] or ended['kind']}: {ended['status']}: "
+                        f"{ended['error']} [{ended['errorCategory'] or ended['errorCode']}] "
+                        f"(job {job_id})"
                     )
         if open_jobs and time.monotonic() > deadline:
             for job_id in open_jobs:
                 failures.append(f"job {job_id}: still running after {timeout:g} s")
             return
-        time.sleep(0.5)
 
 
 JobIdArg = Annotated[str, typer.Argument(help="The job's id (as `kops jobs` shows it).")]

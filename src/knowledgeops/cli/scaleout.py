@@ -42,17 +42,26 @@ def api(
     """Scale-out: serve the HTTP API (stateless; run as many as you like behind a balancer)."""
     import uvicorn  # noqa: PLC0415 (uvicorn: the HTTP server, for this command only)
 
+    from knowledgeops.api import server  # noqa: PLC0415
+
     chosen, _ = _checked("api", broker=False)
     log.info("settings: %s", chosen.describe())
+    options: dict[str, Any] = {
+        "factory": True,
+        "host": host or chosen.host,
+        "port": port or chosen.port,
+        "log_level": chosen.log_level.lower(),
+        "access_log": False,
+    }
+    if workers == 1:  # one process: its event streams end as soon as it is told to stop
+        server.run("knowledgeops.roles.api:create_app", **options)
+        return
+    # several processes under uvicorn's supervisor: open streams end at the graceful timeout
     uvicorn.run(
         "knowledgeops.roles.api:create_app",
-        factory=True,
-        host=host or chosen.host,
-        port=port or chosen.port,
         workers=workers,
-        log_level=chosen.log_level.lower(),
-        access_log=False,
-        timeout_graceful_shutdown=20,
+        timeout_graceful_shutdown=server.GRACEFUL_SHUTDOWN_S,
+        **options,
     )
 
 

@@ -129,17 +129,16 @@ def serve(settings: Settings, embedder: Embedder | Sequence[Embedder] | None = N
     """Run `kops serve` with these settings until it is stopped (SIGINT, SIGTERM); `embedder`
     replaces the configured model (`kops bench`'s null embedder only). Raises DataDirLocked
     before anything starts when another process holds the data folder."""
-    import uvicorn  # noqa: PLC0415 (uvicorn: the HTTP server, only when serving)
+    from knowledgeops.api import server  # noqa: PLC0415 (uvicorn: only when serving)
 
     configure_logging(settings.log_level)
     log.info("settings: %s", settings.describe())
     role = EmbeddedRole(settings, embedder=embedder)
     role.acquire()
-    uvicorn.run(
+    server.run(
         role.app(),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
         access_log=False,
-        timeout_graceful_shutdown=20,
     )

@@ -4,7 +4,7 @@ the system's own: users see, cancel and retry the job they uploaded, which shows
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
@@ -80,6 +80,13 @@ class Jobs:
             ocr = ocr_summaries(conn, [r.id for r in rows])
         views = [JobView.from_row(r, ocr.get(r.id)) for r in rows]
         return Page(views, int(total or 0), page, limit)
+
+    def ocr_pages(self, job_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """(pages read, pages to read) of the jobs among `job_ids` that have OCR under way or
+        done (for event streams; the caller checked the tenant)."""
+        with self.db.read() as conn:
+            found = ocr_summaries(conn, list(job_ids))
+        return {job_id: (o.pages_done, o.pages_total) for job_id, o in found.items()}
 
     def cancel(self, tenant: str, job_id: str) -> JobView:
         self.get(tenant, job_id)  # 404 unless the job is the tenant's

@@ -33,6 +33,9 @@ class Admission:
     rate_limit_url: str | None  # the Redis all API processes count in; None: in this process
     metrics_token: SecretStr | None  # /metrics needs it as a bearer token when set
     max_upload_bytes: int
+    max_streams_per_key: int = 50  # event streams one key may hold open in one API process
+    stream_poll_s: float = 0.2  # how often the process reads new job changes for its streams
+    stream_heartbeat_s: float = 15.0  # a comment on an idle stream this often
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Admission:
@@ -43,6 +46,9 @@ class Admission:
             rate_limit_url=cache.get_secret_value() if cache is not None else None,
             metrics_token=settings.metrics_token,
             max_upload_bytes=settings.max_upload_bytes,
+            max_streams_per_key=settings.max_streams_per_key,
+            stream_poll_s=settings.stream_poll_s,
+            stream_heartbeat_s=settings.stream_heartbeat_s,
         )
 
 

@@ -34,9 +34,7 @@ def upgrade() -> None:
     with op.batch_alter_table("job_events") as batch:
         for name, kind in COLUMNS:
             batch.add_column(sa.Column(name, kind, nullable=True))
-    op.create_index(
-        op.f("ix_job_events_job_id_id"), "job_events", ["job_id", "id"], unique=False
-    )
+    op.create_index(op.f("ix_job_events_job_id_id"), "job_events", ["job_id", "id"], unique=False)
     op.create_index(
         op.f("ix_job_events_dataset_id_id"), "job_events", ["dataset_id", "id"], unique=False
     )

@@ -1,0 +1,114 @@
+"""Live progress: Server-Sent Events of job changes, for one job or for a dataset's jobs
+(api/streams.py says what a stream sends)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Request
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+
+from knowledgeops.api.auth import Tenant, authenticate
+from knowledgeops.api.deps import DatasetId, JobId, ServiceDep
+from knowledgeops.api.schemas import ErrorPublic
+from knowledgeops.api.streams import Slot, StreamSlots, follow, last_event_id
+from knowledgeops.jobs.feed import ChangeFeed, Topic
+from knowledgeops.service.keys import Principal
+from knowledgeops.service.views import JobView
+
+router = APIRouter(tags=["events"])
+STREAM: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "A stream of `event: job` whose data is a JobChangePublic (JSON), each "
+        "with an `id:` to resume after; comment lines every 15 s while idle.",
+    },
+    400: {"model": ErrorPublic, "description": "Last-Event-ID is not an event id."},
+    404: {"model": ErrorPublic},
+    429: {"model": ErrorPublic, "description": "Too many open streams for this key."},
+}
+LastEventId = Annotated[
+    str | None,
+    Header(
+        alias="Last-Event-ID",
+        description="Resume after this event (EventSource sends it when it reconnects).",
+    ),
+]
+
+
+def _owned_job(job_id: JobId, service: ServiceDep, tenant: Tenant) -> JobView:
+    return service.jobs.get(tenant, job_id)  # 404 unless it is the tenant's
+
+
+def _owned_dataset(dataset_id: DatasetId, service: ServiceDep, tenant: Tenant) -> str:
+    return service.datasets.get(tenant, dataset_id).id  # 404 unless it is the tenant's
+
+
+def _resume(last: LastEventId = None) -> int | None:
+    return last_event_id(last)  # 400 before the stream opens
+
+
+def stream_slot(
+    request: Request, principal: Annotated[Principal, Depends(authenticate)]
+) -> Iterator[Slot]:
+    """One of the caller's open streams (429 beyond the limit), given back when it ends."""
+    slots: StreamSlots = request.app.state.stream_slots
+    caller = principal.key_id or f"addr:{request.client.host if request.client else '-'}"
+    slot = slots.take(caller)
+    try:
+        yield slot
+    finally:
+        slot.release()
+
+
+def _feed(request: Request) -> ChangeFeed:
+    feed: ChangeFeed = request.app.state.feed
+    return feed
+
+
+@router.get(
+    "/docs/jobs/{job_id}/events",
+    response_class=EventSourceResponse,
+    responses=STREAM,
+    summary="Follow a job's changes (Server-Sent Events)",
+    description="First the job as it stands (or, with Last-Event-ID, every change after that "
+    "event), then each change: status, stage, counts, attempt, error.",
+)
+async def job_events(
+    request: Request,
+    service: ServiceDep,
+    job: Annotated[JobView, Depends(_owned_job)],
+    resume: Annotated[int | None, Depends(_resume)],
+    slot: Annotated[Slot, Depends(stream_slot)],
+) -> AsyncIterator[ServerSentEvent]:
+    async for event in follow(
+        request,
+        service,
+        _feed(request),
+        slot,
+        Topic(job_id=job.id),
+        resume_after=resume,
+        snapshot=job if resume is None else None,
+    ):
+        yield event
+
+
+@router.get(
+    "/datasets/{dataset_id}/events",
+    response_class=EventSourceResponse,
+    responses=STREAM,
+    summary="Follow the changes of a dataset's jobs (Server-Sent Events)",
+    description="Each change of any of the dataset's jobs from now on (with Last-Event-ID, "
+    "every change after that event first).",
+)
+async def dataset_events(
+    request: Request,
+    service: ServiceDep,
+    owned: Annotated[str, Depends(_owned_dataset)],
+    resume: Annotated[int | None, Depends(_resume)],
+    slot: Annotated[Slot, Depends(stream_slot)],
+) -> AsyncIterator[ServerSentEvent]:
+    async for event in follow(
+        request, service, _feed(request), slot, Topic(dataset_id=owned), resume_after=resume
+    ):
+        yield event
