@@ -260,3 +260,46 @@ def test_cancelled_reindex_keeps_the_previous_generation(make_client, tmp_path: 
     for mode in ("hybrid", "vector", "keyword"):
         hits = search(client, first["datasetId"], "pika", mode=mode, top_k=10)
         assert [h["documentId"] for h in hits] == [document], mode
+
+
+def test_a_documents_chunks_are_listed_in_order_as_search_reads_them(
+    client, tmp_path: Path
+) -> None:
+    words = " ".join(f"okapi{i}" for i in range(300))
+    job = ingest(client, make_text(tmp_path / "okapi.txt", words))
+    doc_id = job["documentId"]
+    first = client.get(f"/docs/documents/{doc_id}/chunks", params={"limit": 3})
+    assert first.status_code == 200
+    body = first.json()
+    assert body["total"] == job["totalChunks"] > 3
+    assert body["hasMore"] is True
+    assert [c["ordinal"] for c in body["items"]] == [0, 1, 2]
+    assert body["items"][0]["text"].startswith("okapi0 okapi1")
+    assert all(c["tokenCount"] > 0 for c in body["items"])
+    everything: list[dict] = []
+    page = 1
+    while True:
+        got = client.get(
+            f"/docs/documents/{doc_id}/chunks", params={"page": page, "limit": 200}
+        ).json()
+        everything += got["items"]
+        if not got["hasMore"]:
+            break
+        page += 1
+    assert [c["ordinal"] for c in everything] == list(range(job["totalChunks"]))
+    assert "okapi299" in everything[-1]["text"]
+    hit = search(client, job["datasetId"], "okapi150", mode="keyword")[0]
+    assert hit["chunkId"] in {c["id"] for c in everything}
+    assert_error(client.get(f"/docs/documents/{MISSING}/chunks"), 404, "document_not_found")
+
+
+def test_a_document_not_yet_searchable_lists_no_chunks(make_client, tmp_path: Path) -> None:
+    gate = GatedEmbedder()
+    client = make_client(embedder=gate)
+    job_id = accepted(upload(client, make_text(tmp_path / "later.txt", "lemur " * 200)))["jobId"]
+    doc_id = get_job(client, job_id)["documentId"]
+    body = client.get(f"/docs/documents/{doc_id}/chunks").json()
+    assert (body["items"], body["total"]) == ([], 0)
+    gate.release()
+    wait_completed(client, job_id)
+    assert client.get(f"/docs/documents/{doc_id}/chunks").json()["total"] > 0

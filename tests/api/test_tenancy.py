@@ -72,6 +72,7 @@ def test_every_endpoint_answers_404_for_another_tenants_ids(
         ("GET", "/datasets/{}/documents", t["dataset"], None),
         ("POST", "/datasets/{}/search", t["dataset"], {"query": "quokka", "mode": "keyword"}),
         ("GET", "/docs/documents/{}", t["document"], None),
+        ("GET", "/docs/documents/{}/chunks", t["document"], None),
         ("POST", "/docs/documents/{}/reindex", t["document"], None),
         ("DELETE", "/docs/documents/{}", t["document"], None),
         ("GET", "/docs/jobs/{}", t["job"], None),

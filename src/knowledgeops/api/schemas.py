@@ -93,6 +93,16 @@ class JobPublic(Camel):
     )
 
 
+class ChunkPublic(Camel):
+    id: str = Field(description="Stable: the same chunk of the same generation keeps its id.")
+    ordinal: int = Field(description="Its place in the document, from 0.")
+    text: str
+    token_count: int
+    page_start: int | None = Field(description="The first page it comes from (paged formats).")
+    page_end: int | None
+    section: str | None = Field(description="The headings it sits under, outermost first.")
+
+
 class JobChangePublic(Camel):
     """One event of a job stream (`event: job`): the job as it stood after a change."""
 

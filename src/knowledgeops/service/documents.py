@@ -14,7 +14,7 @@ from sqlalchemy import Connection, and_, func, or_, select, update
 from knowledgeops.clock import utcnow
 from knowledgeops.db.blobs import LocalBlobStore
 from knowledgeops.db.engine import Database
-from knowledgeops.db.schema import documents, ingest_jobs
+from knowledgeops.db.schema import chunks, documents, ingest_jobs
 from knowledgeops.errors import Conflict, NotFound
 from knowledgeops.ingest.index.base import ChunkIndex
 from knowledgeops.jobs.model import NewJob
@@ -24,7 +24,7 @@ from knowledgeops.service.blob_refs import unlink_unreferenced
 from knowledgeops.service.datasets import owned_datasets
 from knowledgeops.service.jobs import USER_JOBS
 from knowledgeops.service.metadata import TYPE_NAMES
-from knowledgeops.service.views import DocumentView, Page, from_row
+from knowledgeops.service.views import ChunkView, DocumentView, Page, from_row
 
 DOCUMENT_STATUSES = ("pending", "processing", "ready", "failed", "cancelled")
 
@@ -95,6 +95,35 @@ class Documents:
                 .limit(limit)
             ).all()
         return Page([_view(r) for r in rows], int(total or 0), page, limit)
+
+    def chunks(self, tenant: str, document_id: str, *, page: int, limit: int) -> Page[ChunkView]:
+        """The chunks search reads (the searchable generation), in document order; none while
+        the document has no searchable generation yet."""
+        with self.db.read() as conn:
+            doc = load_document(conn, tenant, document_id)
+            if doc.active_generation is None:
+                return Page([], 0, page, limit)
+            where = (
+                chunks.c.document_id == document_id,
+                chunks.c.generation == doc.active_generation,
+            )
+            total = conn.scalar(select(func.count()).select_from(chunks).where(*where))
+            rows = conn.execute(
+                select(
+                    chunks.c.id,
+                    chunks.c.ordinal,
+                    chunks.c.text,
+                    chunks.c.token_count,
+                    chunks.c.page_start,
+                    chunks.c.page_end,
+                    chunks.c.section,
+                )
+                .where(*where)
+                .order_by(chunks.c.ordinal)
+                .offset((page - 1) * limit)
+                .limit(limit)
+            ).all()
+        return Page([from_row(ChunkView, r) for r in rows], int(total or 0), page, limit)
 
     def delete(self, tenant: str, document_id: str) -> None:
         """Remove the document, its jobs and its chunks in one transaction. A worker still

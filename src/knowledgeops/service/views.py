@@ -74,6 +74,19 @@ class DocumentView:
 
 
 @dataclass(frozen=True, slots=True)
+class ChunkView:
+    """A chunk of a document's searchable generation, as it is indexed."""
+
+    id: str
+    ordinal: int
+    text: str
+    token_count: int
+    page_start: int | None
+    page_end: int | None
+    section: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class JobView:
     id: str
     kind: str

@@ -1,4 +1,4 @@
-"""Documents: read, delete, reindex."""
+"""Documents: read, list chunks, delete, reindex."""
 
 from __future__ import annotations
 
@@ -7,8 +7,15 @@ from typing import Any
 from fastapi import APIRouter, Response
 
 from knowledgeops.api.auth import Tenant
-from knowledgeops.api.deps import DocumentId, ServiceDep
-from knowledgeops.api.schemas import DocumentPublic, ErrorPublic, ReindexAccepted
+from knowledgeops.api.deps import DocumentId, Limit, PageNo, ServiceDep
+from knowledgeops.api.schemas import (
+    ChunkPublic,
+    DocumentPublic,
+    ErrorPublic,
+    Listing,
+    ReindexAccepted,
+    listing,
+)
 
 router = APIRouter(prefix="/docs/documents", tags=["documents"])
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorPublic}}
@@ -17,6 +24,24 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorPublic}}
 @router.get("/{document_id}", response_model=DocumentPublic, responses=NOT_FOUND, summary="Read")
 def get_document(document_id: DocumentId, service: ServiceDep, tenant: Tenant) -> Any:
     return service.documents.get(tenant, document_id)
+
+
+@router.get(
+    "/{document_id}/chunks",
+    response_model=Listing[ChunkPublic],
+    responses=NOT_FOUND,
+    summary="List the document's chunks as search reads them, in document order",
+)
+def list_chunks(
+    document_id: DocumentId,
+    service: ServiceDep,
+    tenant: Tenant,
+    page: PageNo = 1,
+    limit: Limit = 20,
+) -> Any:
+    return listing(
+        service.documents.chunks(tenant, document_id, page=page, limit=limit), ChunkPublic
+    )
 
 
 @router.delete(
