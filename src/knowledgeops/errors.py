@@ -93,6 +93,12 @@ class Unauthorized(RequestError):
     code = "unauthorized"
 
 
+class Forbidden(RequestError):
+    """The caller is known but may not do this (a dashboard form without its CSRF token)."""
+
+    code = "forbidden"
+
+
 class PayloadTooLarge(RequestError):
     """The upload is larger than this server accepts."""
 

@@ -20,6 +20,7 @@ from starlette.routing import compile_path
 
 from knowledgeops.errors import (
     Conflict,
+    Forbidden,
     InvalidField,
     InvalidRequest,
     InvalidTransition,
@@ -43,6 +44,7 @@ STATUS: dict[type[KopsError], int] = {
     InvalidRequest: 400,
     InvalidField: 422,  # like a body that fails validation
     Unauthorized: 401,
+    Forbidden: 403,
     NotFound: 404,
     Conflict: 409,
     InvalidTransition: 409,  # the job's status does not allow it

@@ -81,6 +81,16 @@ class Jobs:
         views = [JobView.from_row(r, ocr.get(r.id)) for r in rows]
         return Page(views, int(total or 0), page, limit)
 
+    def views(self, tenant: str, job_ids: Sequence[str]) -> dict[str, JobView]:
+        """The tenant's jobs among `job_ids`, by id (one query: a page of documents' jobs)."""
+        wanted = sorted(set(job_ids))
+        if not wanted:
+            return {}
+        with self.db.read() as conn:
+            rows = conn.execute(job_select(tenant).where(ingest_jobs.c.id.in_(wanted))).all()
+            ocr = ocr_summaries(conn, [r.id for r in rows])
+        return {r.id: JobView.from_row(r, ocr.get(r.id)) for r in rows}
+
     def ocr_pages(self, job_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
         """(pages read, pages to read) of the jobs among `job_ids` that have OCR under way or
         done (for event streams; the caller checked the tenant)."""
