@@ -74,11 +74,13 @@ def test_uploads_move_live_errors_are_explained_and_retrieval_is_tested(  # noqa
     broken = make_corrupt_pdf(tmp_path / "broken.pdf")
     hostile = make_text(tmp_path / XSS_NAME, XSS_TEXT)
     big = make_text(tmp_path / "big.txt", "x" * 300_000)
+    chinese = make_text(tmp_path / "课程笔记.md", "# 第一章 数据库\n\n事务的隔离级别决定了并发读写的可见性。\n")
     binary = tmp_path / "tool.exe"
     binary.write_bytes(b"MZ\x90\x00" + bytes(range(256)) * 40)
-    page.set_input_files("#files", [str(p) for p in (slow, notes, broken, hostile, big, binary)])
+    sent = (slow, notes, broken, hostile, chinese, big, binary)
+    page.set_input_files("#files", [str(p) for p in sent])
     results = page.locator("#upload-results li")
-    results.nth(5).wait_for()
+    results.nth(len(sent) - 1).wait_for()
     outcomes = {
         li.locator("strong").inner_text(): li.get_attribute("data-outcome") for li in results.all()
     }
@@ -87,6 +89,7 @@ def test_uploads_move_live_errors_are_explained_and_retrieval_is_tested(  # noqa
         "notes.md": "accepted",
         "broken.pdf": "accepted",
         XSS_NAME: "accepted",
+        "课程笔记.md": "accepted",
         "big.txt": "refused",
         "tool.exe": "refused",
     }
@@ -97,6 +100,7 @@ def test_uploads_move_live_errors_are_explained_and_retrieval_is_tested(  # noqa
     # the slow document: every change arrives without a reload, in the state machine's order
     wait_status(page, "slow.txt", "completed", 60)
     wait_status(page, "notes.md", "completed")
+    wait_status(page, "课程笔记.md", "completed")
     seen = [s for s in page.evaluate("window.__seen") if s["id"] == row_id(page, "slow.txt")]
     stages = [s["stage"] for s in seen]
     assert seen[0]["status"] in {"pending", "running"}, seen
@@ -153,7 +157,7 @@ def test_uploads_move_live_errors_are_explained_and_retrieval_is_tested(  # noqa
     screenshot(page, "search")
 
     page.goto(f"{server.url}/ui/deployment")
-    assert page.get_by_test_id("jobs-completed").inner_text() == "3"
+    assert page.get_by_test_id("jobs-completed").inner_text() == "4"
     assert "permanent" in page.locator("main").inner_text()
     screenshot(page, "deployment")
     assert page.dialogs == []  # no alert ever ran

@@ -345,7 +345,7 @@ async def upload(request: Request, user: UserDep, dataset_id: DatasetId) -> Resp
     message = (
         "these bytes are already in this dataset: the existing document is shown"
         if accepted.duplicate
-        else "accepted: it is processed in the background"
+        else "it is processed in the background"
     )
     result = render_text(
         request,

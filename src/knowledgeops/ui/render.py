@@ -33,8 +33,10 @@ def progress(job: JobView | None) -> str:
     """'embedding 12/40 chunks', 'ocr 3/10 pages', 'completed'."""
     if job is None:
         return "–"
+    if job.status == "completed":
+        return "done"
     if job.status not in OPEN:
-        return job.status
+        return f"stopped at {job.stage}"
     if job.stage == "ocr" and job.ocr_pages_total:
         return f"ocr {job.ocr_pages_done or 0}/{job.ocr_pages_total} pages"
     if job.total_chunks is not None:
