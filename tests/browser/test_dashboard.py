@@ -74,7 +74,9 @@ def test_uploads_move_live_errors_are_explained_and_retrieval_is_tested(  # noqa
     broken = make_corrupt_pdf(tmp_path / "broken.pdf")
     hostile = make_text(tmp_path / XSS_NAME, XSS_TEXT)
     big = make_text(tmp_path / "big.txt", "x" * 300_000)
-    chinese = make_text(tmp_path / "课程笔记.md", "# 第一章 数据库\n\n事务的隔离级别决定了并发读写的可见性。\n")
+    chinese = make_text(
+        tmp_path / "课程笔记.md", "# 第一章 数据库\n\n事务的隔离级别决定了并发读写的可见性。\n"
+    )
     binary = tmp_path / "tool.exe"
     binary.write_bytes(b"MZ\x90\x00" + bytes(range(256)) * 40)
     sent = (slow, notes, broken, hostile, chinese, big, binary)
