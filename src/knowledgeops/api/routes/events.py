@@ -11,21 +11,29 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from knowledgeops.api.auth import Tenant, authenticate
 from knowledgeops.api.deps import DatasetId, JobId, ServiceDep
-from knowledgeops.api.schemas import ErrorPublic
 from knowledgeops.api.streams import Slot, StreamSlots, follow, last_event_id
 from knowledgeops.jobs.feed import ChangeFeed, Topic
 from knowledgeops.service.keys import Principal
 from knowledgeops.service.views import JobView
 
 router = APIRouter(tags=["events"])
+
+def _error(description: str) -> dict[str, Any]:
+    """An error answer, in JSON (the stream's own media type is for 200 only)."""
+    schema = {"$ref": "#/components/schemas/ErrorPublic"}
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
 STREAM: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "A stream of `event: job` whose data is a JobChangePublic (JSON), each "
         "with an `id:` to resume after; comment lines every 15 s while idle.",
     },
-    400: {"model": ErrorPublic, "description": "Last-Event-ID is not an event id."},
-    404: {"model": ErrorPublic},
-    429: {"model": ErrorPublic, "description": "Too many open streams for this key."},
+    400: _error("Last-Event-ID is not an event id."),
+    401: _error("No API key, or one unknown or revoked."),
+    404: _error("Not found (or another tenant's)."),
+    422: _error("A parameter is invalid."),
+    429: _error("Too many open streams for this key, or too many requests; see Retry-After."),
 }
 LastEventId = Annotated[
     str | None,
