@@ -28,7 +28,6 @@ from knowledgeops.api.schemas import ErrorPublic
 from knowledgeops.api.streams import StreamSlots
 from knowledgeops.jobs.feed import ChangeFeed
 from knowledgeops.service.knowledge_base import KnowledgeBase
-from knowledgeops.ui import app as ui
 
 PROTECTED: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorPublic, "description": "Malformed request (JSON, header, form)."},
@@ -77,7 +76,6 @@ def create_app(
     errors.install(app)
     for module in (health, metrics):
         app.include_router(module.router)
-    ui.install(app)  # the dashboard at /ui (signs in with a key of its own, by cookie)
     for module in (uploads, jobs, events, documents, datasets, search, models):  # need a key
         app.include_router(
             module.router,

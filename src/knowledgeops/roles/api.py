@@ -16,6 +16,7 @@ from knowledgeops.roles.first_key import check_auth
 from knowledgeops.roles.logs import configure_logging
 from knowledgeops.roles.preflight import check_database, check_index, check_schema
 from knowledgeops.settings import DEFAULT_TENANT, Settings, load_settings
+from knowledgeops.ui import app as ui
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,9 @@ class ApiRole(DataRole):
         self._broker_seen: tuple[float, str] | None = None
 
     def app(self) -> FastAPI:
-        return http.create_app(self.service, on_start=self.start, on_stop=self.stop)
+        app = http.create_app(self.service, on_start=self.start, on_stop=self.stop)
+        ui.install(app)  # the dashboard at /ui, on the same app and streams
+        return app
 
     def start(self) -> None:
         started = time.perf_counter()

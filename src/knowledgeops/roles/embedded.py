@@ -27,6 +27,7 @@ from knowledgeops.roles.first_key import check_auth
 from knowledgeops.roles.logs import configure_logging
 from knowledgeops.service.blob_refs import sweep_unreferenced
 from knowledgeops.settings import DEFAULT_TENANT, Settings
+from knowledgeops.ui import app as ui
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,9 @@ class EmbeddedRole(DataRole):
 
     def app(self) -> FastAPI:
         """The HTTP API over this role; the app's lifespan starts and stops it."""
-        return create_app(self.service, on_start=self.start, on_stop=self.stop)
+        app = create_app(self.service, on_start=self.start, on_stop=self.stop)
+        ui.install(app)  # the dashboard at /ui, on the same app and streams
+        return app
 
     def acquire(self) -> None:
         """Take the data folder (raises DataDirLocked when another process has it)."""

@@ -18,6 +18,7 @@ from knowledgeops.service.views import JobView
 
 router = APIRouter(tags=["events"])
 
+
 def _error(description: str) -> dict[str, Any]:
     """An error answer, in JSON (the stream's own media type is for 200 only)."""
     schema = {"$ref": "#/components/schemas/ErrorPublic"}
