@@ -128,3 +128,31 @@ def test_kops_bench_measures_the_pipeline_ceiling_over_http(tmp_path: Path) -> N
     assert report["summary"]["ceiling_chunks_per_s"] == run["chunks_per_s"]
     assert "null embedder" in result.stdout
     assert "ceiling_chunks_per_s" in result.stdout
+
+
+def test_kops_bench_live_measures_streams_and_the_dashboards_pages(tmp_path: Path) -> None:
+    out = tmp_path / "live.json"
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "knowledgeops.cli", "bench", "live"),
+            *("--streams", "3", "--documents", "40", "--seconds", "1", "--out", str(out)),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert report["streams"] == 3
+    assert report["rss_with_streams_mb"] > 0
+    for phase in ("accept_without_streams", "accept_with_idle_streams", "accept_with_busy_streams"):
+        assert report[phase]["sent"] == report[phase]["accepted"] == 20
+    # every stream of the busy phase got every upload's changes, each timed on the first
+    assert report["events_to_each_stream_min"] >= 20
+    assert report["change_to_stream_ms_p95"] >= report["change_to_stream_ms_p50"] > 0
+    assert report["documents"] == 40
+    pages = report["pages_ms"]
+    assert {"documents page 1", "datasets", "deployment", "a document's chunks"} <= set(pages)
+    assert all(p["p95"] >= p["p50"] > 0 for p in pages.values())

@@ -16,17 +16,20 @@ Each API key holds at most `max_streams_per_key` streams in one process (429 bey
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 import weakref
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from fastapi import Request
-from fastapi.sse import ServerSentEvent
+from fastapi.sse import ServerSentEvent, format_sse_event
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
+from starlette.responses import StreamingResponse
 
 from knowledgeops.api.schemas import JobChangePublic
 from knowledgeops.errors import InvalidRequest, TooManyRequests
@@ -40,6 +43,7 @@ BACKLOG_PAGE = 1000  # changes read from the database per query when a stream re
 MAX_QUEUED = 10_000  # changes waiting for one slow client before it is disconnected
 GONE_CHECK_S = 1.0  # how often an idle stream looks whether its client went away
 EVENT = "job"
+HEARTBEAT = b": heartbeat\n\n"
 
 
 class StreamSlots:
@@ -147,6 +151,22 @@ def _unit(document_id: str | None) -> str:
     return "chunks" if document_id is not None else "documents"
 
 
+def wire(event: ServerSentEvent) -> bytes:
+    """The event as it goes on the wire."""
+    return format_sse_event(
+        data_str=event.raw_data,
+        event=event.event,
+        id=event.id,
+        retry=event.retry,
+        comment=event.comment,
+    )
+
+
+@functools.lru_cache(maxsize=8192)  # a change goes to every stream that follows it: encode once
+def change_bytes(change: Change, ocr: tuple[int, int] | None) -> bytes:
+    return wire(change_event(change, ocr))
+
+
 def change_event(change: Change, ocr: tuple[int, int] | None) -> ServerSentEvent:
     body = JobChangePublic(
         event_id=change.id,
@@ -200,6 +220,9 @@ def snapshot_event(job: JobView, event_id: int) -> ServerSentEvent:
     )
 
 
+Encode = Callable[[list[Change]], Awaitable[bytes]]
+
+
 async def follow(
     request: Request,
     service: KnowledgeBase,
@@ -208,17 +231,25 @@ async def follow(
     topic: Topic,
     *,
     resume_after: int | None,
-    snapshot: JobView | None = None,
-) -> AsyncIterator[ServerSentEvent]:
-    """The events of one stream (see the module's doc); ends only when the client goes (or is
-    too slow), releasing its slot and its subscription."""
+    snapshot: Callable[[], JobView] | None = None,
+    encode: Encode | None = None,
+) -> AsyncIterator[bytes]:
+    """The bytes of one stream (see the module's doc), a batch of changes per write (what one
+    poll of the feed brought), encoded by `encode` (default: `event: job` with JSON); ends only
+    when the client goes (or is too slow) or the server stops, releasing its slot and its
+    subscription."""
+    encoded = encode or (lambda changes: json_events(service, changes))
     follower = Follower(asyncio.get_running_loop())
-    sub = await run_in_threadpool(feed.subscribe, topic, follower.deliver)
+    try:
+        sub = await run_in_threadpool(feed.subscribe, topic, follower.deliver)
+    except BaseException:
+        slot.release()
+        raise
     heartbeat_s = service.admission.stream_heartbeat_s
     try:
         sent = sub.since
         opening = resume_after if resume_after is not None else sent
-        yield ServerSentEvent(comment="stream open", id=str(opening), retry=RETRY_MS)
+        yield wire(ServerSentEvent(comment="stream open", id=str(opening), retry=RETRY_MS))
         if resume_after is not None:
             sent = resume_after
             while True:
@@ -230,14 +261,14 @@ async def follow(
                     job_id=topic.job_id,
                     dataset_id=topic.dataset_id,
                 )
-                for event in await _events(service, backlog):
-                    yield event
+                if backlog:
+                    yield await encoded(backlog)
                 if len(backlog) < BACKLOG_PAGE:
                     break
                 sent = backlog[-1].id
             sent = max(sent, sub.since)
-        elif snapshot is not None:
-            yield snapshot_event(snapshot, sub.since)
+        elif snapshot is not None:  # read after subscribing: it holds every change up to `since`
+            yield wire(snapshot_event(await run_in_threadpool(snapshot), sub.since))
         beat_at = time.monotonic()
         while not follower.overflowed:
             arrived = await follower.take(min(heartbeat_s, GONE_CHECK_S))
@@ -246,20 +277,38 @@ async def follow(
             if arrived is None:
                 if time.monotonic() - beat_at >= heartbeat_s:
                     beat_at = time.monotonic()
-                    yield ServerSentEvent(comment="heartbeat")
+                    yield HEARTBEAT
                 continue
-            beat_at = time.monotonic()
             fresh = [change for change in arrived if change.id > sent]
-            for event in await _events(service, fresh):
-                yield event
             if fresh:
+                beat_at = time.monotonic()
+                yield await encoded(fresh)
                 sent = fresh[-1].id
     finally:
         sub.close()
         slot.release()
 
 
-async def _events(service: KnowledgeBase, changes: list[Change]) -> list[ServerSentEvent]:
+async def json_events(service: KnowledgeBase, changes: list[Change]) -> bytes:
     reading = sorted({c.job_id for c in changes if c.stage == "ocr"})
     ocr = await run_in_threadpool(service.jobs.ocr_pages, reading) if reading else {}
-    return [change_event(c, ocr.get(c.job_id) if c.stage == "ocr" else None) for c in changes]
+    return b"".join(
+        change_bytes(c, ocr.get(c.job_id) if c.stage == "ocr" else None) for c in changes
+    )
+
+
+class EventStream(StreamingResponse):
+    """A `text/event-stream` answer (its own class, so the OpenAPI spec names the media type;
+    not FastAPI's EventSourceResponse, which writes each event on its own)."""
+
+    media_type = "text/event-stream"
+
+
+def event_stream(body: AsyncIterator[bytes], slot: Slot) -> StreamingResponse:
+    """The HTTP answer of a stream: written batch by batch (one write per poll of the feed, not
+    per event), never cached or buffered by a proxy."""
+    return EventStream(
+        body,
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        background=BackgroundTask(slot.release),  # also when the body never started
+    )

@@ -239,6 +239,25 @@ def bench_ocr(
     _print_figures(figures, out)
 
 
+@bench_app.command("live")
+def bench_live(
+    streams: Annotated[int, typer.Option(min=1, help="Event streams held open.")] = 200,
+    documents: Annotated[
+        int, typer.Option(min=1, help="Documents in the dataset whose pages are timed.")
+    ] = 10_000,
+    seconds: Annotated[
+        float, typer.Option(min=1, help="Seconds of each upload-accept phase (20 uploads/s).")
+    ] = 10.0,
+    out: OutOption = None,
+) -> None:
+    """Live progress and the dashboard: the cost of STREAMS open event streams (memory, upload
+    accept latency), a change's delay to a stream, and the dashboard's pages at DOCUMENTS."""
+    figures = lab("bench.live").run_live_bench(
+        streams=streams, documents=documents, seconds=seconds
+    )
+    _print_figures(figures, out)
+
+
 @bench_app.command("search")
 def bench_search(
     chunks: Annotated[int, typer.Option(min=100, help="Chunks in the searched dataset.")] = 10_000,

@@ -3,21 +3,31 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Iterator, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Form, Header, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from fastapi.sse import EventSourceResponse, ServerSentEvent
+from fastapi.sse import ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from knowledgeops.api.deps import DatasetId, DocumentId, JobId
 from knowledgeops.api.errors import status_of
-from knowledgeops.api.streams import Slot, StreamSlots, follow, last_event_id
+from knowledgeops.api.streams import (
+    EventStream,
+    Slot,
+    StreamSlots,
+    event_stream,
+    follow,
+    last_event_id,
+    wire,
+)
 from knowledgeops.api.upload_stream import receive_upload
 from knowledgeops.errors import InvalidField, InvalidTransition, NotFound, RequestError
 from knowledgeops.jobs.feed import ChangeFeed, Topic
+from knowledgeops.jobs.model import Change
 from knowledgeops.jobs.states import JobStatus
 from knowledgeops.service.documents import DOCUMENT_STATUSES
 from knowledgeops.service.knowledge_base import KnowledgeBase
@@ -361,43 +371,81 @@ async def upload(request: Request, user: UserDep, dataset_id: DatasetId) -> Resp
 
 
 # --- live rows ----------------------------------------------------------------------------------
-def _ui_slot(request: Request, user: UserDep) -> Iterator[Slot]:
+class RowCache:
+    """Rows rendered for a change, shared by every open page of its dataset (one tenant's):
+    a change is rendered once however many pages show it."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._rows: OrderedDict[tuple[int, str], bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[int, str]) -> bytes | None:
+        with self._lock:
+            return self._rows.get(key)
+
+    def put(self, key: tuple[int, str], value: bytes) -> None:
+        with self._lock:
+            self._rows[key] = value
+            while len(self._rows) > self.size:
+                self._rows.popitem(last=False)
+
+
+ROWS = RowCache()
+
+
+def _ui_slot(request: Request, user: UserDep) -> Slot:
     slots: StreamSlots = request.app.state.stream_slots
-    slot = slots.take(user.principal.key_id or "ui-open")
-    try:
-        yield slot
-    finally:
-        slot.release()
+    return slots.take(user.principal.key_id or "ui-open")
 
 
-@router.get("/datasets/{dataset_id}/events", response_class=EventSourceResponse)
+@router.get("/datasets/{dataset_id}/events", response_class=EventStream)
 async def live_rows(
     request: Request,
     user: UserDep,
     dataset_id: DatasetId,
     slot: Annotated[Slot, Depends(_ui_slot)],
     last: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
-) -> AsyncIterator[ServerSentEvent]:
-    """Each change of the dataset's documents' jobs as the row to show (`event: doc-<id>`),
-    read from the same record as the API's streams; a deleted document's row is emptied."""
+) -> Response:
+    """Each change of the dataset's documents' jobs as the row to show (`event: doc-<id>`; the
+    newest of a batch per document), read from the same record as the API's streams; a deleted
+    document's row is emptied."""
     service = _service(request)
-    await run_in_threadpool(service.datasets.get, user.tenant, dataset_id)
+    try:
+        await run_in_threadpool(service.datasets.get, user.tenant, dataset_id)
+        resume = last_event_id(last)
+    except BaseException:
+        slot.release()
+        raise
     feed: ChangeFeed = request.app.state.feed
-    resume = last_event_id(last)
-    async for event in follow(
-        request, service, feed, slot, Topic(dataset_id=dataset_id), resume_after=resume
-    ):
-        if event.event != "job" or event.raw_data is None:
-            yield event
-            continue
-        document_id = json.loads(event.raw_data)["documentId"]
-        if document_id is None:
-            continue  # a dataset's own job (a re-embed) has no row
-        try:
-            row = await run_in_threadpool(_row_html, request, user, document_id)
-        except NotFound:
-            row = ""
-        yield ServerSentEvent(event=f"doc-{document_id}", id=event.id, raw_data=row)
+
+    async def rows(changes: list[Change]) -> bytes:
+        newest = {c.document_id: c for c in changes if c.document_id is not None}
+        parts = []
+        for document_id, change in newest.items():
+            key = (change.id, document_id)
+            encoded = ROWS.get(key)
+            if encoded is None:
+                try:
+                    row = await run_in_threadpool(_row_html, request, user, document_id)
+                except NotFound:
+                    row = ""
+                event = ServerSentEvent(event=f"doc-{document_id}", id=str(change.id), raw_data=row)
+                encoded = wire(event)
+                ROWS.put(key, encoded)
+            parts.append(encoded)
+        return b"".join(parts)
+
+    body = follow(
+        request,
+        service,
+        feed,
+        slot,
+        Topic(dataset_id=dataset_id),
+        resume_after=resume,
+        encode=rows,
+    )
+    return event_stream(body, slot)
 
 
 # --- a document's chunks, search, the deployment -----------------------------------------------

@@ -3,15 +3,22 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request
-from fastapi.sse import EventSourceResponse, ServerSentEvent
+from fastapi.responses import StreamingResponse
 
 from knowledgeops.api.auth import Tenant, authenticate
 from knowledgeops.api.deps import DatasetId, JobId, ServiceDep
-from knowledgeops.api.streams import Slot, StreamSlots, follow, last_event_id
+from knowledgeops.api.streams import (
+    EventStream,
+    Slot,
+    StreamSlots,
+    event_stream,
+    follow,
+    last_event_id,
+)
 from knowledgeops.jobs.feed import ChangeFeed, Topic
 from knowledgeops.service.keys import Principal
 from knowledgeops.service.views import JobView
@@ -57,17 +64,12 @@ def _resume(last: LastEventId = None) -> int | None:
     return last_event_id(last)  # 400 before the stream opens
 
 
-def stream_slot(
-    request: Request, principal: Annotated[Principal, Depends(authenticate)]
-) -> Iterator[Slot]:
-    """One of the caller's open streams (429 beyond the limit), given back when it ends."""
+def stream_slot(request: Request, principal: Annotated[Principal, Depends(authenticate)]) -> Slot:
+    """One of the caller's open streams (429 beyond the limit), given back when it ends (by the
+    stream itself, and by the answer's background task)."""
     slots: StreamSlots = request.app.state.stream_slots
     caller = principal.key_id or f"addr:{request.client.host if request.client else '-'}"
-    slot = slots.take(caller)
-    try:
-        yield slot
-    finally:
-        slot.release()
+    return slots.take(caller)
 
 
 def _feed(request: Request) -> ChangeFeed:
@@ -77,7 +79,7 @@ def _feed(request: Request) -> ChangeFeed:
 
 @router.get(
     "/docs/jobs/{job_id}/events",
-    response_class=EventSourceResponse,
+    response_class=EventStream,
     responses=STREAM,
     summary="Follow a job's changes (Server-Sent Events)",
     description="First the job as it stands (or, with Last-Event-ID, every change after that "
@@ -86,25 +88,26 @@ def _feed(request: Request) -> ChangeFeed:
 async def job_events(
     request: Request,
     service: ServiceDep,
+    tenant: Tenant,
     job: Annotated[JobView, Depends(_owned_job)],
     resume: Annotated[int | None, Depends(_resume)],
     slot: Annotated[Slot, Depends(stream_slot)],
-) -> AsyncIterator[ServerSentEvent]:
-    async for event in follow(
+) -> StreamingResponse:
+    body = follow(
         request,
         service,
         _feed(request),
         slot,
         Topic(job_id=job.id),
         resume_after=resume,
-        snapshot=job if resume is None else None,
-    ):
-        yield event
+        snapshot=functools.partial(service.jobs.get, tenant, job.id) if resume is None else None,
+    )
+    return event_stream(body, slot)
 
 
 @router.get(
     "/datasets/{dataset_id}/events",
-    response_class=EventSourceResponse,
+    response_class=EventStream,
     responses=STREAM,
     summary="Follow the changes of a dataset's jobs (Server-Sent Events)",
     description="Each change of any of the dataset's jobs from now on (with Last-Event-ID, "
@@ -116,8 +119,8 @@ async def dataset_events(
     owned: Annotated[str, Depends(_owned_dataset)],
     resume: Annotated[int | None, Depends(_resume)],
     slot: Annotated[Slot, Depends(stream_slot)],
-) -> AsyncIterator[ServerSentEvent]:
-    async for event in follow(
+) -> StreamingResponse:
+    body = follow(
         request, service, _feed(request), slot, Topic(dataset_id=owned), resume_after=resume
-    ):
-        yield event
+    )
+    return event_stream(body, slot)

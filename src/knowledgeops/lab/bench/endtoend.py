@@ -335,13 +335,16 @@ def accept_latency(
     seconds: float = 10.0,
     size_kb: int = 100,
     filler: str,
+    dataset_id: str | None = None,
 ) -> AcceptFigures:
     """Open-loop load: `rate` uploads per second of distinct `size_kb` KB text files for
     `seconds`, each timed from send to answer; a slow answer never delays the next send. The
-    uploads go to a dataset of their own and their jobs are cancelled afterwards."""
-    dataset = client.post("/datasets", json={"name": f"bench-accept-{time.time_ns()}"})
-    dataset.raise_for_status()
-    dataset_id = dataset.json()["id"]
+    uploads go to `dataset_id`, or a dataset of their own, and their jobs are cancelled
+    afterwards."""
+    if dataset_id is None:
+        dataset = client.post("/datasets", json={"name": f"bench-accept-{time.time_ns()}"})
+        dataset.raise_for_status()
+        dataset_id = dataset.json()["id"]
     count = int(rate * seconds)
     bodies = [_text_file(n, size_kb, filler) for n in range(count)]
     latencies: list[float] = []
