@@ -154,14 +154,20 @@ class ChangeFeed:
             del self._gaps[gap]
         with self._lock:
             self.watermark = upto
-            targets = list(self._subscribers.values())
-        if ready:
-            for sub, deliver in targets:
-                mine = [c for c in ready if c.id > sub.since and sub.topic.admits(c)]
-                if mine:
-                    try:
-                        deliver(mine)
-                    except Exception:
-                        log.warning("a stream's delivery failed; it is dropped", exc_info=True)
-                        self._unsubscribe(sub)
+            by_topic: dict[Topic, list[tuple[Subscription, Deliver]]] = {}
+            for sub, deliver in self._subscribers.values():
+                by_topic.setdefault(sub.topic, []).append((sub, deliver))
+        if ready and by_topic:
+            batches: dict[int, tuple[Subscription, Deliver, list[Change]]] = {}
+            for change in ready:  # only the streams of its job and of its dataset look at it
+                for topic in (Topic(job_id=change.job_id), Topic(dataset_id=change.dataset_id)):
+                    for sub, deliver in by_topic.get(topic, ()):
+                        if change.id > sub.since:
+                            batches.setdefault(sub._id, (sub, deliver, []))[2].append(change)
+            for sub, deliver, mine in batches.values():
+                try:
+                    deliver(mine)
+                except Exception:
+                    log.warning("a stream's delivery failed; it is dropped", exc_info=True)
+                    self._unsubscribe(sub)
         return passed

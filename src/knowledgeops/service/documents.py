@@ -87,12 +87,19 @@ class Documents:
             conditions.append(documents.c.status == status)
         with self.db.read() as conn:
             total = conn.scalar(select(func.count()).select_from(documents).where(*conditions))
-            rows = conn.execute(
-                select(documents, _latest_job())
+            # the page's ids first: the latest-job subquery then runs for its rows only, not
+            # for every row an OFFSET skips (a deep page of a large dataset)
+            ids = (
+                select(documents.c.id)
                 .where(*conditions)
                 .order_by(documents.c.created_at.desc(), documents.c.id)
                 .offset((page - 1) * limit)
                 .limit(limit)
+            )
+            rows = conn.execute(
+                select(documents, _latest_job())
+                .where(documents.c.id.in_(ids))
+                .order_by(documents.c.created_at.desc(), documents.c.id)
             ).all()
         return Page([_view(r) for r in rows], int(total or 0), page, limit)
 

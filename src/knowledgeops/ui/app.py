@@ -4,12 +4,13 @@ elsewhere), and errors shown as pages rather than JSON."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from knowledgeops.api import errors
 from knowledgeops.api.errors import status_of
@@ -31,21 +32,36 @@ HEADERS = {
 }
 
 
+class SecurePages:
+    """Adds the security headers to every /ui answer (plain ASGI: the API's requests and the
+    streams' bodies pass through untouched)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if not path.startswith("/ui"):
+            await self.app(scope, receive, send)
+            return
+        static = path.startswith("/ui/static")
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in HEADERS.items():
+                    if not (static and name == "Cache-Control") and name not in headers:
+                        headers[name] = value
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
 def install(app: FastAPI) -> None:
     app.include_router(router)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
 
-    @app.middleware("http")
-    async def secure_pages(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        response = await call_next(request)
-        if request.url.path.startswith("/ui"):
-            for name, value in HEADERS.items():
-                if name == "Cache-Control" and request.url.path.startswith("/ui/static"):
-                    continue
-                response.headers.setdefault(name, value)
-        return response
+    app.add_middleware(SecurePages)
 
     async def on_error(request: Request, exc: Exception) -> Any:
         if not request.url.path.startswith("/ui"):
