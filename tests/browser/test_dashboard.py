@@ -99,6 +99,14 @@ def test_uploads_move_live_errors_are_explained_and_retrieval_is_tested(  # noqa
     assert "(413)" in said["big.txt"]
     assert "(415)" in said["tool.exe"]
 
+    # the same bytes again: a duplicate, its existing row shown
+    page.set_input_files("#files", str(notes))
+    again = results.nth(len(sent))
+    again.wait_for()
+    assert again.get_attribute("data-outcome") == "duplicate"
+    assert "already in this dataset" in again.inner_text()
+    assert row(page, "notes.md").count() == 1
+
     # the slow document: every change arrives without a reload, in the state machine's order
     wait_status(page, "slow.txt", "completed", 60)
     wait_status(page, "notes.md", "completed")
