@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -9,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.e2e.conftest import KOPS, Server, free_port, kops_env
@@ -180,3 +182,29 @@ def _small_text(folder: Path) -> Path:
     path = folder / "note.txt"
     path.write_text("A short note about lighthouses and the keepers who tended their lamps.\n")
     return path
+
+
+def test_an_open_event_stream_does_not_hold_the_shutdown(
+    kops_server: Callable[..., Server],
+) -> None:
+    """A browser tab left open on a stream: SIGTERM still stops `kops serve` at once, not after
+    the 20 s graceful timeout (the server ends its streams when it is told to stop)."""
+    server = kops_server()
+    dataset = server.default_dataset()
+    headers = {"Authorization": f"Bearer {server.api_key}"}
+    with httpx.stream(
+        "GET", f"{server.url}/datasets/{dataset}/events", headers=headers, timeout=30
+    ) as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        assert next(lines) == ": stream open"
+        began = time.perf_counter()
+        code = server.stop(timeout=30)
+        seconds = time.perf_counter() - began
+        # a graceful stop: uvicorn re-raises the signal once it has shut down
+        assert code in (0, -signal.SIGTERM), server.log()
+        assert "Application shutdown complete" in server.log()
+        assert seconds < 10, f"kops serve took {seconds:.1f} s to stop with a stream open"
+        rest = list(lines)  # raises if the body was cut rather than ended
+        assert rest[:2] == ["id: 0", "retry: 2000"], rest  # the rest of the opening, then the end
+    print(f"\n[e2e figures] kops serve stopped in {seconds:.2f} s with an event stream open")
