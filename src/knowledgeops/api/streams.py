@@ -194,30 +194,26 @@ def change_event(change: Change, ocr: tuple[int, int] | None) -> ServerSentEvent
 
 
 def snapshot_event(job: JobView, event_id: int) -> ServerSentEvent:
+    """The job as it stands, as an event with the watermark's id."""
     ocr = None if job.ocr_pages_done is None else (job.ocr_pages_done, job.ocr_pages_total or 0)
-    body = JobChangePublic(
-        event_id=event_id,
+    now = Change(
+        id=event_id,
+        at=job.updated_at,
         job_id=job.id,
         dataset_id=job.dataset_id,
         document_id=job.document_id,
         status=job.status,
         stage=job.stage,
-        unit=_unit(job.document_id),
-        total_chunks=job.total_chunks,
-        processed_chunks=job.processed_chunks,
+        total=job.total_chunks,
+        processed=job.processed_chunks,
         attempt=job.attempt,
         max_attempts=job.max_attempts,
         error=job.error,
         error_code=job.error_code,
         error_category=job.error_category,
         retryable=job.retryable,
-        ocr_pages_done=None if ocr is None else ocr[0],
-        ocr_pages_total=None if ocr is None else ocr[1],
-        at=job.updated_at,
     )
-    return ServerSentEvent(
-        event=EVENT, id=str(event_id), raw_data=body.model_dump_json(by_alias=True)
-    )
+    return change_event(now, ocr)
 
 
 Encode = Callable[[list[Change]], Awaitable[bytes]]

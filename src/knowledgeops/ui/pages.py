@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Form, Header, Path, Query, Request
@@ -105,27 +106,44 @@ def datasets_page(
     return render(request, "datasets.html", user=user, datasets=found, models=service.models.names)
 
 
-@router.post("/datasets", response_class=HTMLResponse)
-def create_dataset(
-    request: Request,
-    user: UserDep,
+@dataclass(frozen=True, slots=True)
+class DatasetForm:
+    """A dataset's form, as typed (numbers are checked by `_number`)."""
+
+    name: str
+    description: str
+    chunk_size: str
+    chunk_overlap: str
+    embedding_model: str
+    csrf: str | None
+
+
+def _dataset_form(
     name: Annotated[str, Form(max_length=200)] = "",
     description: Annotated[str, Form(max_length=10_000)] = "",
     chunk_size: Annotated[str, Form()] = "",
     chunk_overlap: Annotated[str, Form()] = "",
     embedding_model: Annotated[str, Form()] = "",
     csrf: Csrf = None,
-) -> Any:
-    check_csrf(request, user, csrf)
+) -> DatasetForm:
+    return DatasetForm(name, description, chunk_size, chunk_overlap, embedding_model, csrf)
+
+
+Filled = Annotated[DatasetForm, Depends(_dataset_form)]
+
+
+@router.post("/datasets", response_class=HTMLResponse)
+def create_dataset(request: Request, user: UserDep, form: Filled) -> Any:
+    check_csrf(request, user, form.csrf)
     service = _service(request)
     try:
         made = service.datasets.create(
             user.tenant,
-            name.strip(),
-            description,
-            chunk_size=_number(chunk_size, "chunk size"),
-            chunk_overlap=_number(chunk_overlap, "chunk overlap"),
-            embedding_model=embedding_model or None,
+            form.name.strip(),
+            form.description,
+            chunk_size=_number(form.chunk_size, "chunk size"),
+            chunk_overlap=_number(form.chunk_overlap, "chunk overlap"),
+            embedding_model=form.embedding_model or None,
         )
     except RequestError as exc:
         found = service.datasets.list(user.tenant, page=1, limit=PAGE)
@@ -137,7 +155,7 @@ def create_dataset(
             datasets=found,
             models=service.models.names,
             error=exc.message,
-            form={"name": name, "description": description},
+            form=form,
         )
     return _see_other(f"/ui/datasets/{made.id}")
 
@@ -159,32 +177,25 @@ def settings_page(request: Request, user: UserDep, dataset_id: DatasetId) -> Any
 
 
 @router.post("/datasets/{dataset_id}/settings", response_class=HTMLResponse)
-def update_settings(
-    request: Request,
-    user: UserDep,
-    dataset_id: DatasetId,
-    name: Annotated[str, Form(max_length=200)] = "",
-    description: Annotated[str, Form(max_length=10_000)] = "",
-    chunk_size: Annotated[str, Form()] = "",
-    chunk_overlap: Annotated[str, Form()] = "",
-    embedding_model: Annotated[str, Form()] = "",
-    csrf: Csrf = None,
-) -> Any:
-    check_csrf(request, user, csrf)
+def update_settings(request: Request, user: UserDep, dataset_id: DatasetId, form: Filled) -> Any:
+    check_csrf(request, user, form.csrf)
     service = _service(request)
     current = service.datasets.get(user.tenant, dataset_id)
     changes: dict[str, Any] = {}
     try:
-        if name.strip() and name.strip() != current.name:
-            changes["name"] = name.strip()
-        if description != current.description:
-            changes["description"] = description
-        for field, value in (("chunk_size", chunk_size), ("chunk_overlap", chunk_overlap)):
+        if form.name.strip() and form.name.strip() != current.name:
+            changes["name"] = form.name.strip()
+        if form.description != current.description:
+            changes["description"] = form.description
+        for field, value in (
+            ("chunk_size", form.chunk_size),
+            ("chunk_overlap", form.chunk_overlap),
+        ):
             number = _number(value, field.replace("_", " "))
             if number is not None and number != getattr(current, field):
                 changes[field] = number
-        if embedding_model and embedding_model != current.embedding_model:
-            changes["embedding_model"] = embedding_model
+        if form.embedding_model and form.embedding_model != current.embedding_model:
+            changes["embedding_model"] = form.embedding_model
         updated = service.datasets.update(user.tenant, dataset_id, changes) if changes else current
     except RequestError as exc:
         return render(
