@@ -1,8 +1,9 @@
 """KnowledgeOps: reliable document ingestion for retrieval-augmented generation.
 
-The public surface is `__all__` (pinned by tests/unit/test_public_surface.py): the HTTP client
-for a running KnowledgeOps, the settings, and the root of every error it raises on purpose. The
-architecture and the map of the package: docs/architecture.md.
+The public surface is `__all__` (pinned by tests/unit/test_public_surface.py): the SDK for a
+running KnowledgeOps (`KnowledgeOps`, `AsyncKnowledgeOps`; all of it in `knowledgeops.client`),
+the settings, and the root of every error it raises on purpose. The architecture and the map of
+the package: docs/architecture.md.
 
 The names are imported when first used, not with the package: every process imports it (the
 parser's child process too), and none should pay for httpx or pydantic it does not use.
@@ -14,14 +15,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from knowledgeops.client import Client
+    from knowledgeops.client import AsyncKnowledgeOps, KnowledgeOps
     from knowledgeops.errors import ClientError, KopsError, SettingsError
     from knowledgeops.settings import Settings, load_settings
 
 __version__ = "0.1.0"
 
 _HOMES = {
-    "Client": "knowledgeops.client",
+    "AsyncKnowledgeOps": "knowledgeops.client",
+    "KnowledgeOps": "knowledgeops.client",
     "ClientError": "knowledgeops.errors",
     "KopsError": "knowledgeops.errors",
     "Settings": "knowledgeops.settings",
@@ -30,8 +32,9 @@ _HOMES = {
 }
 
 __all__ = [
-    "Client",
+    "AsyncKnowledgeOps",
     "ClientError",
+    "KnowledgeOps",
     "KopsError",
     "Settings",
     "SettingsError",

@@ -21,29 +21,48 @@ class StreamEvent:
     retry_ms: int | None = None
 
 
-def parse_events(lines: Iterable[str]) -> Iterator[StreamEvent]:
-    data: list[str] = []
-    event, event_id, retry = "", None, None
-    last_id: str | None = None
-    for raw in lines:
+class EventParser:
+    """Lines in, events out, one line at a time: the same rules for a blocking and an
+    asynchronous reader (the SDK has both)."""
+
+    def __init__(self) -> None:
+        self._data: list[str] = []
+        self._event = ""
+        self._id: str | None = None
+        self._retry: int | None = None
+        self._last_id: str | None = None
+
+    def feed(self, raw: str) -> StreamEvent | None:
+        """The event this line completes (a blank line ends one), else None."""
         line = raw.rstrip("\r\n")
         if not line:
-            if data or event_id is not None:
-                text = "\n".join(data)
+            found = None
+            if self._data or self._id is not None:
+                text = "\n".join(self._data)
                 body = json.loads(text) if text else None
-                yield StreamEvent(event_id or last_id, event or "message", body, retry)
-                last_id = event_id or last_id
-            event, data, event_id, retry = "", [], None, None
-            continue
+                event_id = self._id or self._last_id
+                found = StreamEvent(event_id, self._event or "message", body, self._retry)
+                self._last_id = event_id
+            self._event, self._data, self._id, self._retry = "", [], None, None
+            return found
         if line.startswith(":"):
-            continue
+            return None
         name, _, value = line.partition(":")
         value = value[1:] if value.startswith(" ") else value
         if name == "event":
-            event = value
+            self._event = value
         elif name == "data":
-            data.append(value)
+            self._data.append(value)
         elif name == "id" and "\0" not in value:
-            event_id = value
+            self._id = value
         elif name == "retry" and value.isdigit():
-            retry = int(value)
+            self._retry = int(value)
+        return None
+
+
+def parse_events(lines: Iterable[str]) -> Iterator[StreamEvent]:
+    parser = EventParser()
+    for line in lines:
+        event = parser.feed(line)
+        if event is not None:
+            yield event

@@ -57,7 +57,7 @@ def test_a_job_stream_shows_the_job_then_every_change_to_completion(
     server = live()
     client = server.client()
     accepted = client.upload(text_file(tmp_path, "alpha", 600))
-    stream = server.stream(f"/docs/jobs/{accepted['jobId']}/events")
+    stream = server.stream(f"/docs/jobs/{accepted.job_id}/events")
     opening = stream.next()
     assert opening.data is None  # the opening: only where the stream begins
     assert opening.retry_ms == 2000
@@ -65,7 +65,7 @@ def test_a_job_stream_shows_the_job_then_every_change_to_completion(
     stream.close()
     changes = jobs_only(events)
     first, last = changes[0], changes[-1]
-    assert first["jobId"] == accepted["jobId"]  # the job as it stood when the stream opened
+    assert first["jobId"] == accepted.job_id  # the job as it stood when the stream opened
     assert int(events[0].id or 0) == int(opening.id or 0)
     assert last["status"] == "completed"
     assert last["stage"] == "done"
@@ -79,7 +79,7 @@ def test_a_job_stream_shows_the_job_then_every_change_to_completion(
         counts = [c["processedChunks"] for c in embedding]
         assert counts == sorted(counts)
         assert all(c["processedChunks"] <= (c["totalChunks"] or 0) for c in embedding)
-    assert client.job(accepted["jobId"])["status"] == "completed"
+    assert client.get_job(accepted.job_id).status == "completed"
 
 
 def test_a_dataset_stream_follows_every_upload_of_its_dataset_and_no_other(
@@ -87,12 +87,12 @@ def test_a_dataset_stream_follows_every_upload_of_its_dataset_and_no_other(
 ) -> None:
     server = live()
     client = server.client()
-    dataset = client.resolve_dataset(None)
-    other = client._call("POST", "/datasets", json={"name": "elsewhere"})["id"]
+    dataset = client.find_dataset().id
+    other = client.create_dataset("elsewhere").id
     stream = server.stream(f"/datasets/{dataset}/events")
     stream.next()  # opened: what follows is after it
-    mine = {client.upload(text_file(tmp_path, f"doc{i}"))["jobId"] for i in range(3)}
-    theirs = client.upload(text_file(tmp_path, "other"), dataset_id=other)["jobId"]
+    mine = {client.upload(text_file(tmp_path, f"doc{i}")).job_id for i in range(3)}
+    theirs = client.upload(text_file(tmp_path, "other"), dataset_id=other).job_id
     done: dict[str, str] = {}
 
     def all_done(event: StreamEvent) -> bool:
@@ -115,7 +115,7 @@ def test_a_stream_resumed_with_last_event_id_sends_exactly_what_came_after(
 ) -> None:
     server = live()
     client = server.client()
-    job_id = client.upload(text_file(tmp_path, "resume", 500))["jobId"]
+    job_id = client.upload(text_file(tmp_path, "resume", 500)).job_id
     first = server.stream(f"/docs/jobs/{job_id}/events")
     first.next()
     everything = first.until(lambda e: e.event == "job" and e.data["status"] in TERMINAL)
@@ -136,8 +136,8 @@ def test_streams_are_scoped_to_the_tenant_and_need_a_key(
 ) -> None:
     server = live()
     client = server.client()
-    job_id = client.upload(text_file(tmp_path, "private"))["jobId"]
-    dataset = client.resolve_dataset(None)
+    job_id = client.upload(text_file(tmp_path, "private")).job_id
+    dataset = client.find_dataset().id
     _, other_key = server.runtime.service.keys.create("tenant-b", "other")
     stranger = server.client(other_key)
     for path in (f"/docs/jobs/{job_id}/events", f"/datasets/{dataset}/events"):
@@ -159,7 +159,7 @@ def test_open_streams_are_bounded_per_key_and_a_closed_one_frees_its_place(
     live: Callable[..., LiveServer],
 ) -> None:
     server = live(max_streams_per_key=2)
-    dataset = server.client().resolve_dataset(None)
+    dataset = server.client().find_dataset().id
     path = f"/datasets/{dataset}/events"
     held = [server.stream(path) for _ in range(2)]
     for stream in held:
@@ -189,7 +189,7 @@ def test_an_idle_stream_gets_a_comment_line_as_its_heartbeat(
     live: Callable[..., LiveServer],
 ) -> None:
     server = live(stream_heartbeat_s=0.2)
-    dataset = server.client().resolve_dataset(None)
+    dataset = server.client().find_dataset().id
     headers = {"Authorization": f"Bearer {server.key}"}
     lines: list[str] = []
     with httpx.stream(

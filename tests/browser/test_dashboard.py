@@ -59,7 +59,7 @@ def wait_status(page: Any, name: str, wanted: str, timeout_s: float = 30) -> Non
 
 
 def dataset_url(server: LiveServer) -> str:
-    return f"{server.url}/ui/datasets/{server.client().resolve_dataset(None)}"
+    return f"{server.url}/ui/datasets/{server.client().find_dataset().id}"
 
 
 def test_uploads_move_live_errors_are_explained_and_retrieval_is_tested(  # noqa: PLR0915
@@ -201,8 +201,8 @@ def test_a_running_job_is_cancelled_from_its_row(live: Any, page: Any, tmp_path:
     gate.release()
     page.reload()
     assert status_of(page, "held.txt") == "cancelled"  # what the page showed is what is stored
-    job = server.client().jobs()["items"][0]
-    assert job["status"] == "cancelled"
+    job = server.client().list_jobs().items[0]
+    assert job.status == "cancelled"
 
 
 def test_no_page_works_without_a_valid_key_and_sign_out_ends_the_session(
@@ -252,7 +252,7 @@ def test_a_dataset_is_created_edited_and_deleted_with_confirmation(live: Any, pa
     page.get_by_label("Chunk size", exact=False).first.fill("200")
     page.get_by_role("button", name="Save").click()
     assert page.get_by_role("status").inner_text() == "Saved."
-    made = [d for d in server.client().datasets() if d["name"] == "Handbooks"]
+    made = [d for d in server.client().iter_datasets() if d.name == "Handbooks"]
     assert (made[0]["chunkSize"], made[0]["chunkOverlap"]) == (200, 12)
     page.get_by_label("Chunk overlap (tokens)").fill("150")  # more than half the size
     page.get_by_role("button", name="Save").click()
@@ -264,4 +264,4 @@ def test_a_dataset_is_created_edited_and_deleted_with_confirmation(live: Any, pa
     page.get_by_role("button", name="Delete dataset").click()
     page.wait_for_url("**/ui/datasets")
     screenshot(page, "datasets")
-    assert [d for d in server.client().datasets() if d["name"] == "Handbooks"] == []
+    assert [d for d in server.client().iter_datasets() if d.name == "Handbooks"] == []

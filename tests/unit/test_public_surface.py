@@ -14,7 +14,8 @@ import knowledgeops
 from knowledgeops import client, errors, settings
 
 PUBLIC = {
-    "Client": client.Client,
+    "AsyncKnowledgeOps": client.AsyncKnowledgeOps,
+    "KnowledgeOps": client.KnowledgeOps,
     "ClientError": errors.ClientError,
     "KopsError": errors.KopsError,
     "Settings": settings.Settings,

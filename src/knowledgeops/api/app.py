@@ -24,9 +24,9 @@ from knowledgeops.api.routes import (
     search,
     uploads,
 )
-from knowledgeops.api.schemas import ErrorPublic
 from knowledgeops.api.streams import StreamSlots
 from knowledgeops.jobs.feed import ChangeFeed
+from knowledgeops.schemas import ErrorPublic
 from knowledgeops.service.knowledge_base import KnowledgeBase
 
 PROTECTED: dict[int | str, dict[str, Any]] = {

@@ -7,9 +7,10 @@ from typing import Annotated, Any
 from fastapi import Depends, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 
+from knowledgeops.schemas import UUID_PATTERN
 from knowledgeops.service.knowledge_base import KnowledgeBase
 
-UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+__all__ = ["UUID_PATTERN"]
 
 
 def get_service(request: Request) -> KnowledgeBase:

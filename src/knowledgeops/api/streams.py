@@ -31,10 +31,10 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import StreamingResponse
 
-from knowledgeops.api.schemas import JobChangePublic
 from knowledgeops.errors import InvalidRequest, TooManyRequests
 from knowledgeops.jobs.feed import ChangeFeed, Topic
 from knowledgeops.jobs.model import Change
+from knowledgeops.schemas import JobChangePublic
 from knowledgeops.service.knowledge_base import KnowledgeBase
 from knowledgeops.service.views import JobView
 

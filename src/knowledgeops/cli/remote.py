@@ -1,12 +1,13 @@
 """The commands that talk to a running KnowledgeOps over HTTP (`--url`, the key in KOPS_API_KEY):
-`ingest`, `search`, `jobs`, `retry` and `cancel`. Each is thin: the client does the talking."""
+`ingest`, `search`, `jobs`, `retry` and `cancel`. Each is thin: the SDK (`knowledgeops.client`)
+does the talking."""
 
 from __future__ import annotations
 
 import threading
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich import box
@@ -15,9 +16,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Column, Table
 
 from knowledgeops.cli.common import DEFAULT_URL, DatasetOpt, UrlOpt, console, err, fail
-from knowledgeops.client import Client
+from knowledgeops.client import KnowledgeOps
 from knowledgeops.errors import ClientError
 from knowledgeops.jobs.states import TERMINAL
+from knowledgeops.schemas import JobChangePublic, JobPublic
 
 SUFFIXES = {
     *(".pdf", ".docx", ".html", ".htm", ".xhtml", ".md", ".markdown", ".txt", ".text"),
@@ -49,10 +51,10 @@ class DatasetEvents:
     change of the jobs this command starts arrives without polling; `latest` holds each job's
     newest state. `failed` says why the stream could not be followed (then `_follow` polls)."""
 
-    def __init__(self, client: Client, dataset_id: str) -> None:
+    def __init__(self, client: KnowledgeOps, dataset_id: str) -> None:
         self.client = client
-        self.path = f"/datasets/{dataset_id}/events"
-        self.latest: dict[str, dict[str, Any]] = {}
+        self.dataset_id = dataset_id
+        self.latest: dict[str, JobChangePublic] = {}
         self.changed = threading.Event()
         self.opened = threading.Event()
         self.failed: str | None = None
@@ -62,11 +64,12 @@ class DatasetEvents:
 
     def _read(self) -> None:
         try:
-            for event in self.client.follow(self.path):
+            for event in self.client.follow(f"/datasets/{self.dataset_id}/events"):
                 self.opened.set()
                 if event.event == "job" and isinstance(event.data, dict):
+                    change = JobChangePublic.model_validate(event.data)
                     with self._lock:
-                        self.latest[event.data["jobId"]] = event.data
+                        self.latest[change.job_id] = change
                     self.changed.set()
         except ClientError as exc:
             self.failed = str(exc)
@@ -74,7 +77,7 @@ class DatasetEvents:
             self.opened.set()
             self.changed.set()
 
-    def take(self, job_ids: set[str], wait_s: float) -> dict[str, dict[str, Any]]:
+    def take(self, job_ids: set[str], wait_s: float) -> dict[str, JobChangePublic | JobPublic]:
         """The newest state of those of `job_ids` that changed, waiting up to `wait_s`."""
         self.changed.wait(wait_s)
         self.changed.clear()
@@ -82,13 +85,13 @@ class DatasetEvents:
             return {job_id: self.latest.pop(job_id) for job_id in job_ids if job_id in self.latest}
 
 
-def _progress_line(job: dict[str, Any]) -> tuple[str, int | None, int]:
+def _progress_line(job: JobChangePublic | JobPublic) -> tuple[str, int | None, int]:
     """What a progress bar shows: the stage, and its counts (pages while OCR reads a scan,
     "ocr 12/200 pages"; chunks otherwise)."""
-    if job["status"] not in TERMINAL and job["stage"] == "ocr":
-        return "ocr pages", job.get("ocrPagesTotal"), job.get("ocrPagesDone") or 0
-    stage = job["status"] if job["status"] in TERMINAL else f"{job['stage']}"
-    return stage, job["totalChunks"], job["processedChunks"]
+    if job.status not in TERMINAL and job.stage == "ocr":
+        return "ocr pages", job.ocr_pages_total, job.ocr_pages_done or 0
+    stage = job.status if job.status in TERMINAL else job.stage
+    return stage, job.total_chunks, job.processed_chunks
 
 
 def ingest(
@@ -103,9 +106,9 @@ def ingest(
     if not files:
         raise fail("no documents found (looked for " + ", ".join(sorted(SUFFIXES)) + ")")
     failures: list[str] = []
-    with Client(url) as client:
+    with KnowledgeOps(url) as client:
         try:
-            dataset_id = client.resolve_dataset(dataset)
+            dataset_id = client.find_dataset(dataset).id
         except ClientError as exc:
             raise fail(str(exc)) from None
         columns = (
@@ -114,7 +117,7 @@ def ingest(
             BarColumn(),
             MofNCompleteColumn(),
         )
-        events = DatasetEvents(Client(url), dataset_id) if wait else None
+        events = DatasetEvents(KnowledgeOps(url), dataset_id) if wait else None
         with Progress(*columns, console=console, transient=False) as progress:
             open_jobs: dict[str, TaskID] = {}
             for path in files:
@@ -127,7 +130,7 @@ def ingest(
                     failures.append(f"{path}: rejected ({exc.status}): {exc}")
                     progress.add_task(label, total=1, stage="rejected")
                     continue
-                open_jobs[accepted["jobId"]] = progress.add_task(label, total=None, stage="pending")
+                open_jobs[accepted.job_id] = progress.add_task(label, total=None, stage="pending")
             if events is not None:
                 try:
                     _follow(client, events, progress, open_jobs, failures, timeout)
@@ -145,7 +148,7 @@ def ingest(
 
 
 def _follow(
-    client: Client,
+    client: KnowledgeOps,
     events: DatasetEvents,
     progress: Progress,
     open_jobs: dict[str, TaskID],
@@ -161,7 +164,7 @@ def _follow(
         if events.failed is None and time.monotonic() - read_at < RECHECK_S:
             changed = events.take(set(open_jobs), wait_s=1.0)
         else:
-            changed = {job_id: client.job(job_id) for job_id in open_jobs}
+            changed = {job_id: client.get_job(job_id) for job_id in open_jobs}
             read_at = time.monotonic()
             if events.failed is not None:
                 time.sleep(0.5)
@@ -169,14 +172,14 @@ def _follow(
             task = open_jobs[job_id]
             stage, total, done = _progress_line(job)
             progress.update(task, total=total, completed=done, stage=stage)
-            if job["status"] in TERMINAL:
+            if job.status in TERMINAL:
                 del open_jobs[job_id]
-                if job["status"] != "completed":
+                if job.status != "completed":
                     # an event does not name the file: the job's own read does
-                    ended = job if "fileName" in job else client.job(job_id)
+                    ended = job if isinstance(job, JobPublic) else client.get_job(job_id)
                     failures.append(
-                        f"{ended['fileName'] or ended['kind']}: {ended['status']}: "
-                        f"{ended['error']} [{ended['errorCategory'] or ended['errorCode']}] "
+                        f"{ended.file_name or ended.kind}: {ended.status}: "
+                        f"{ended.error} [{ended.error_category or ended.error_code}] "
                         f"(job {job_id})"
                     )
         if open_jobs and time.monotonic() > deadline:
@@ -190,23 +193,23 @@ JobIdArg = Annotated[str, typer.Argument(help="The job's id (as `kops jobs` show
 
 def retry(job_id: JobIdArg, url: UrlOpt = DEFAULT_URL) -> None:
     """Run a failed or cancelled job again (the newest job of its document)."""
-    with Client(url) as client:
+    with KnowledgeOps(url) as client:
         try:
-            job = client.retry(job_id)
+            job = client.retry_job(job_id)
         except ClientError as exc:
             raise fail(str(exc)) from None
-    console.print(f"job {job['id']}: {job['status']} (attempts allowed: {job['maxAttempts']})")
+    console.print(f"job {job.id}: {job.status} (attempts allowed: {job.max_attempts})")
 
 
 def cancel(job_id: JobIdArg, url: UrlOpt = DEFAULT_URL) -> None:
     """Cancel a job: a running one stops at its next batch, its partial chunks are removed and
     the document's previous version stays searchable."""
-    with Client(url) as client:
+    with KnowledgeOps(url) as client:
         try:
-            job = client.cancel(job_id)
+            job = client.cancel_job(job_id)
         except ClientError as exc:
             raise fail(str(exc)) from None
-    console.print(f"job {job['id']}: {job['status']}")
+    console.print(f"job {job.id}: {job.status}")
 
 
 def search(
@@ -217,24 +220,22 @@ def search(
     url: UrlOpt = DEFAULT_URL,
 ) -> None:
     """Search a dataset and print the best chunks."""
-    with Client(url) as client:
+    with KnowledgeOps(url) as client:
         try:
-            found = client.search(
-                query, dataset_id=client.resolve_dataset(dataset), top_k=top_k, mode=mode
-            )
+            found = client.search(client.find_dataset(dataset).id, query, top_k=top_k, mode=mode)
         except ClientError as exc:
             raise fail(str(exc)) from None
-    if not found["results"]:
+    if not found.results:
         console.print("no results")
         return
-    for n, hit in enumerate(found["results"], start=1):
-        where = f"p. {hit['page']}" if hit["page"] else (hit["section"] or "")
+    for n, hit in enumerate(found.results, start=1):
+        where = f"p. {hit.page}" if hit.page else (hit.section or "")
         console.print(
-            f"[bold]{n}. {escape(hit['fileName'])}[/bold] #{hit['ordinal']} {escape(where)} "
-            f"[dim](score {hit['score']:.4f})[/dim]",
+            f"[bold]{n}. {escape(hit.file_name)}[/bold] #{hit.ordinal} {escape(where)} "
+            f"[dim](score {hit.score:.4f})[/dim]",
             soft_wrap=True,
         )
-        text = " ".join(hit["text"].split())
+        text = " ".join(hit.text.split())
         console.print(
             f"   {text[:300]}{'…' if len(text) > 300 else ''}", markup=False, highlight=False
         )
@@ -247,10 +248,10 @@ def jobs(
     url: UrlOpt = DEFAULT_URL,
 ) -> None:
     """List recent jobs with their stage and counts."""
-    with Client(url) as client:
+    with KnowledgeOps(url) as client:
         try:
-            dataset_id = client.resolve_dataset(dataset) if dataset else None
-            found = client.jobs(status=status, dataset_id=dataset_id, limit=limit)
+            dataset_id = client.find_dataset(dataset).id if dataset else None
+            found = client.list_jobs(status=status, dataset_id=dataset_id, limit=limit)
         except ClientError as exc:
             raise fail(str(exc)) from None
     # The job id is never cut (it is what `retry` and the API take); the error gets a column
@@ -267,31 +268,25 @@ def jobs(
         columns.append(Column("error", min_width=20))
     table = Table(*columns, box=box.SIMPLE_HEAD)
     errors: list[str] = []
-    for job in found["items"]:
-        total = job["totalChunks"] if job["totalChunks"] is not None else "?"
-        state = job["status"] if job["status"] in TERMINAL else f"{job['status']} ({job['stage']})"
-        error = _shorten(job["error"] or "", 120)
-        name = job["fileName"] if job["fileName"] is not None else f"(dataset: {job['kind']})"
-        unit = " docs" if job.get("unit") == "documents" else ""
-        counts = f"{job['processedChunks']}/{total}{unit}"
-        if job["status"] not in TERMINAL and job["stage"] == "ocr":
-            counts = f"{job.get('ocrPagesDone') or 0}/{job.get('ocrPagesTotal') or '?'} pages"
-        cells = [
-            job["id"],
-            escape(name),
-            state,
-            counts,
-            f"{job['attempt']}/{job['maxAttempts']}",
-        ]
+    for job in found.items:
+        total = job.total_chunks if job.total_chunks is not None else "?"
+        state = job.status if job.status in TERMINAL else f"{job.status} ({job.stage})"
+        error = _shorten(job.error or "", 120)
+        name = job.file_name if job.file_name is not None else f"(dataset: {job.kind})"
+        unit = " docs" if job.unit == "documents" else ""
+        counts = f"{job.processed_chunks}/{total}{unit}"
+        if job.status not in TERMINAL and job.stage == "ocr":
+            counts = f"{job.ocr_pages_done or 0}/{job.ocr_pages_total or '?'} pages"
+        cells = [job.id, escape(name), state, counts, f"{job.attempt}/{job.max_attempts}"]
         if wide:
             cells.append(escape(error))
         elif error:
-            errors.append(f"{job['id']}: {error}")
+            errors.append(f"{job.id}: {error}")
         table.add_row(*cells)
     console.print(table)
     for line in errors:
         console.print(line, markup=False, highlight=False)
-    console.print(f"{len(found['items'])} of {found['total']} jobs")
+    console.print(f"{len(found.items)} of {found.total} jobs")
 
 
 def _shorten(text: str, limit: int) -> str:

@@ -8,14 +8,14 @@ from fastapi import APIRouter, Response
 
 from knowledgeops.api.auth import Tenant
 from knowledgeops.api.deps import DatasetId, Limit, PageNo, ServiceDep
-from knowledgeops.api.schemas import (
+from knowledgeops.api.schemas import listing
+from knowledgeops.schemas import (
     DatasetCreate,
     DatasetPublic,
     DatasetUpdate,
     DocumentPublic,
     ErrorPublic,
     Listing,
-    listing,
 )
 
 router = APIRouter(prefix="/datasets", tags=["datasets"])

@@ -8,13 +8,13 @@ from fastapi import APIRouter, Response
 
 from knowledgeops.api.auth import Tenant
 from knowledgeops.api.deps import DocumentId, Limit, PageNo, ServiceDep
-from knowledgeops.api.schemas import (
+from knowledgeops.api.schemas import listing
+from knowledgeops.schemas import (
     ChunkPublic,
     DocumentPublic,
     ErrorPublic,
     Listing,
     ReindexAccepted,
-    listing,
 )
 
 router = APIRouter(prefix="/docs/documents", tags=["documents"])

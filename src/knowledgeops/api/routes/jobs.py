@@ -8,8 +8,9 @@ from fastapi import APIRouter, Query
 
 from knowledgeops.api.auth import Tenant
 from knowledgeops.api.deps import UUID_PATTERN, JobId, Limit, PageNo, ServiceDep
-from knowledgeops.api.schemas import ErrorPublic, JobPublic, Listing, listing
+from knowledgeops.api.schemas import listing
 from knowledgeops.jobs.states import JobStatus
+from knowledgeops.schemas import ErrorPublic, JobPublic, Listing
 
 router = APIRouter(prefix="/docs/jobs", tags=["jobs"])
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorPublic}}

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from knowledgeops.api.deps import ServiceDep
-from knowledgeops.api.schemas import ModelPublic
+from knowledgeops.schemas import ModelPublic
 
 router = APIRouter(tags=["datasets"])
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 
 from knowledgeops.api.auth import Tenant
 from knowledgeops.api.deps import DatasetId, ServiceDep
-from knowledgeops.api.schemas import (
+from knowledgeops.schemas import (
     ErrorPublic,
     MetadataIn,
     SearchHitPublic,

@@ -12,9 +12,9 @@ from fastapi.responses import JSONResponse
 
 from knowledgeops.api.auth import Tenant
 from knowledgeops.api.deps import UUID_PATTERN, ServiceDep
-from knowledgeops.api.schemas import ErrorPublic, UploadAccepted
 from knowledgeops.api.upload_stream import receive_upload
 from knowledgeops.errors import InvalidField
+from knowledgeops.schemas import ErrorPublic, UploadAccepted
 from knowledgeops.service.metadata import parse_metadata
 from knowledgeops.service.uploads import check_idempotency_key
 
