@@ -361,11 +361,11 @@ class WebhookAttemptPublic(Camel):
 class WebhookDeliveryPublic(Camel):
     id: str = Field(description="The event id (Kops-Event-Id): the same on every attempt.")
     event: str
-    job_id: str = Field(
-        description="The delivery's own job (retry it with POST /docs/jobs/{id}/retry)."
-    )
     subject_job_id: str = Field(description="The job the event is about.")
-    status: str = Field(description="pending, running, retrying, completed (delivered), failed.")
+    status: str = Field(
+        description="pending, running, retrying (the receiver did not take it yet), completed "
+        "(delivered), failed (POST …/deliveries/{id}/retry sends it again) or cancelled."
+    )
     attempts: list[WebhookAttemptPublic] = Field(description="The latest attempts, newest first.")
     created_at: datetime
     delivered_at: datetime | None

@@ -102,6 +102,12 @@ class Settings(BaseSettings):
         description="An idle event stream gets a comment line this often, so proxies keep it "
         "open and clients notice a dead connection.",
     )
+    mcp_upload_dir: Path | None = Field(
+        None,
+        description="The folder the MCP tool upload_document may read files from by path "
+        "(`kops mcp`, /mcp): only files whose real path, symlinks resolved, lies inside it; "
+        "unset: it uploads text only.",
+    )
 
     # workers
     workers: int = Field(2, ge=1, le=64, description="Worker threads in the embedded default.")
@@ -117,6 +123,31 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = Field(
         15.0, ge=0
     )  # s: running jobs get this long to reach a batch end
+
+    # webhooks
+    webhook_allow_private: bool = Field(
+        False,
+        description="Allow webhook URLs on private, loopback or link-local addresses (a "
+        "receiver inside your network). Off: refused when the webhook is made and when each "
+        "delivery resolves the host (SSRF).",
+    )
+    webhook_timeout_s: float = Field(
+        10.0, gt=0, le=60, description="One delivery attempt's limit: connect and answer."
+    )
+    webhook_max_attempts: int = Field(
+        20,
+        ge=1,
+        le=100,
+        description="Attempts per event before its delivery fails (with the jobs' backoff "
+        "between them: about 45 minutes in all with the defaults).",
+    )
+    webhook_workers: int = Field(
+        2,
+        ge=1,
+        le=32,
+        description="Delivery threads in the embedded default: a lane of their own, so a slow "
+        "receiver never holds a worker an upload needs.",
+    )
 
     # ingestion
     embedder: Literal["local", "openai"] = Field(

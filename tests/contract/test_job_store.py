@@ -333,19 +333,26 @@ def test_failed_publish_keeps_the_row(harness: Harness) -> None:
 
 def test_publish_outbox_publishes_in_order_and_marks_rows(harness: Harness) -> None:
     jobs = [harness.new_job() for _ in range(5)]
-    sent: list[str] = []
-    assert harness.store.publish_outbox(now=T0, limit=3, publish=sent.append) == (3, None)
-    assert harness.store.publish_outbox(now=T0, limit=3, publish=sent.append) == (2, None)
-    assert sent == [job.id for job in jobs]
-    assert harness.store.publish_outbox(now=T0, limit=3, publish=sent.append) == (0, None)
+    sent: list[tuple[str, str]] = []
+
+    def publish(job_id: str, kind: str) -> None:
+        sent.append((job_id, kind))
+
+    assert harness.store.publish_outbox(now=T0, limit=3, publish=publish) == (3, None)
+    assert harness.store.publish_outbox(now=T0, limit=3, publish=publish) == (2, None)
+    assert sent == [(job.id, job.kind) for job in jobs]  # each with its kind, for its lane
+    assert harness.store.publish_outbox(now=T0, limit=3, publish=publish) == (0, None)
     assert harness.store.due_outbox(now=T0, limit=10) == []
 
 
 def test_publish_outbox_stops_at_a_broker_failure_and_keeps_the_rest(harness: Harness) -> None:
     jobs = [harness.new_job() for _ in range(3)]
-    sent: list[str] = []
+    sent: list[tuple[str, str]] = []
 
-    def flaky(job_id: str) -> None:
+    def publish(job_id: str, kind: str) -> None:
+        sent.append((job_id, kind))
+
+    def flaky(job_id: str, kind: str) -> None:
         if len(sent) == 1:
             raise ConnectionError("broker down")
         sent.append(job_id)
@@ -359,11 +366,15 @@ def test_publish_outbox_stops_at_a_broker_failure_and_keeps_the_rest(harness: Ha
 
 def test_two_relays_publishing_at_once_never_send_a_row_twice(harness: Harness) -> None:
     jobs = [harness.new_job() for _ in range(40)]
-    sent: list[str] = []
+    sent: list[tuple[str, str]] = []
+
+    def publish(job_id: str, kind: str) -> None:
+        sent.append((job_id, kind))
+
     lock = threading.Lock()
     first_inside = threading.Event()
 
-    def slow(job_id: str) -> None:
+    def slow(job_id: str, kind: str) -> None:
         first_inside.set()
         with lock:
             sent.append(job_id)

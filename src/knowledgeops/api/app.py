@@ -23,6 +23,7 @@ from knowledgeops.api.routes import (
     models,
     search,
     uploads,
+    webhooks,
 )
 from knowledgeops.api.streams import StreamSlots
 from knowledgeops.jobs.feed import ChangeFeed
@@ -76,8 +77,8 @@ def create_app(
     errors.install(app)
     for module in (health, metrics):
         app.include_router(module.router)
-    for module in (uploads, jobs, events, documents, datasets, search, models):  # need a key
-        app.include_router(
+    for module in (uploads, jobs, events, documents, datasets, search, models, webhooks):
+        app.include_router(  # these need a key
             module.router,
             responses=PROTECTED,
             # the key first: a caller without one learns nothing about parameters

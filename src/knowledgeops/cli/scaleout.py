@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from enum import StrEnum
 from types import FrameType
 from typing import Annotated, Any
 
@@ -65,14 +66,29 @@ def api(
     )
 
 
+class Lane(StrEnum):
+    ALL = "all"
+    JOBS = "jobs"
+    WEBHOOKS = "webhooks"
+
+
 def worker(
     concurrency: Annotated[int, typer.Option(min=1, help="Jobs run at once (processes).")] = 2,
+    lanes: Annotated[
+        Lane,
+        typer.Option(
+            help="What this worker runs: all jobs, only documents' and datasets' (jobs), or "
+            "only webhook deliveries (webhooks: run one such worker so that a slow receiver "
+            "never holds a process an upload needs)."
+        ),
+    ] = Lane.ALL,
 ) -> None:
     """Scale-out: a Celery worker that runs ingest jobs (run one per machine, or more).
 
     Always Celery's prefork pool: one process per job, so that the job time limit can stop a
     job that hangs (the threads and solo pools cannot enforce it)."""
     from knowledgeops.jobs.celery_dispatch import QUEUE  # noqa: PLC0415 (celery: heavy, for this command only)
+    from knowledgeops.roles.wiring import CELERY_LANES  # noqa: PLC0415 (the wiring: heavy)
     from knowledgeops.roles.worker import create_worker_app  # noqa: PLC0415 (celery: heavy, for this command only)
 
     chosen, _ = _checked("worker", broker=True)
@@ -86,7 +102,7 @@ def worker(
             f"--concurrency={concurrency}",
             "--pool=prefork",
             f"--loglevel={chosen.log_level}",
-            f"--queues={QUEUE}",
+            f"--queues={','.join(_queues(lanes, QUEUE, sorted(CELERY_LANES.values())))}",
             f"--hostname=kops-{os.getpid()}@%h",
             "--without-gossip",
             "--without-mingle",
@@ -94,15 +110,24 @@ def worker(
     )
 
 
+def _queues(lanes: Lane, jobs: str, others: list[str]) -> list[str]:
+    if lanes is Lane.JOBS:
+        return [jobs]
+    if lanes is Lane.WEBHOOKS:
+        return others
+    return [jobs, *others]
+
+
 def relay() -> None:
     """Scale-out: publish the outbox to the broker and rescue lost jobs (run two for
     availability: one is active, the other takes over within seconds)."""
     from knowledgeops.jobs.celery_dispatch import CeleryDispatcher  # noqa: PLC0415 (celery: heavy, for this command only)
     from knowledgeops.roles.relay import RelayRole  # noqa: PLC0415 (SQLAlchemy, the wiring)
+    from knowledgeops.roles.wiring import CELERY_LANES  # noqa: PLC0415 (the wiring: heavy)
 
     chosen, celery_app = _checked("relay", broker=True)
     log.info("settings: %s", chosen.describe())
-    role = RelayRole(chosen, CeleryDispatcher(celery_app))
+    role = RelayRole(chosen, CeleryDispatcher(celery_app, CELERY_LANES))
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         log.info("relay: stopping (signal %d)", signum)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
+from contextlib import ExitStack
 from typing import Any, TypeVar
 
 import httpx
@@ -85,7 +86,9 @@ class AsyncKnowledgeOps:
         while True:
             tries += 1
             try:
-                response = await self._http.request(call.method, call.path, **call.request_kwargs())
+                with ExitStack() as opened:
+                    kwargs = call.request_kwargs(opened)
+                    response = await self._http.request(call.method, call.path, **kwargs)
             except httpx.TransportError as exc:
                 wait = self.retries.after_failure(exc, call, tries)
                 if wait is None:
@@ -288,6 +291,10 @@ class AsyncKnowledgeOps:
 
     async def delete_webhook(self, webhook_id: str) -> None:
         await self.send(calls.delete_webhook(webhook_id))
+
+    async def retry_delivery(self, webhook_id: str, event_id: str) -> WebhookDeliveryPublic:
+        """Send a failed delivery again, with the same event id and body."""
+        return await self.send(calls.retry_delivery(webhook_id, event_id))
 
     async def list_deliveries(
         self, webhook_id: str, *, page: int = 1, limit: int = 50

@@ -13,6 +13,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Generic, TypeVar
@@ -57,10 +58,11 @@ class Call(Generic[T]):
     params: Mapping[str, Any] | None = None
     json: Any = None
     headers: Mapping[str, str] | None = None
-    body: Callable[[], Mapping[str, Any]] | None = None  # multipart parts, built per try
+    body: Callable[[ExitStack], Mapping[str, Any]] | None = None  # multipart, built per try
     replayable: bool = True
 
-    def request_kwargs(self) -> dict[str, Any]:
+    def request_kwargs(self, opened: ExitStack) -> dict[str, Any]:
+        """The arguments of one try; files the body opens are closed with `opened`."""
         kwargs: dict[str, Any] = {}
         if self.params:
             kwargs["params"] = {k: v for k, v in self.params.items() if v is not None}
@@ -69,7 +71,7 @@ class Call(Generic[T]):
         if self.headers:
             kwargs["headers"] = dict(self.headers)
         if self.body is not None:
-            kwargs.update(self.body())
+            kwargs.update(self.body(opened))
         return kwargs
 
 
@@ -188,8 +190,8 @@ def upload(
     name, opener = _file_parts(file, file_name)
     fields = {"metadata": json.dumps(dict(metadata))} if metadata else None
 
-    def body() -> dict[str, Any]:
-        parts: dict[str, Any] = {"files": {"file": (name, opener())}}
+    def body(opened: ExitStack) -> dict[str, Any]:
+        parts: dict[str, Any] = {"files": {"file": (name, opener(opened))}}
         if fields:
             parts["data"] = fields
         return parts
@@ -205,18 +207,21 @@ def upload(
     )
 
 
-def _file_parts(file: FileInput, file_name: str | None) -> tuple[str, Callable[[], IO[bytes]]]:
-    """The name to send and a way to read the file from its start, again for each try."""
+def _file_parts(
+    file: FileInput, file_name: str | None
+) -> tuple[str, Callable[[ExitStack], IO[bytes]]]:
+    """The name to send and a way to read the file from its start, again for each try (a
+    path is opened for each, and closed after it; a caller's file object stays open)."""
     if isinstance(file, bytes | bytearray | memoryview):
         if not file_name:
             raise ValueError("uploading bytes needs file_name= (its suffix tells the type)")
         data = bytes(file)
-        return file_name, lambda: io.BytesIO(data)
+        return file_name, lambda opened: io.BytesIO(data)
     if isinstance(file, str | os.PathLike):
         path = Path(file)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file")
-        return file_name or path.name, lambda: path.open("rb")
+        return file_name or path.name, lambda opened: opened.enter_context(path.open("rb"))
     handle = file
     name = file_name or Path(str(getattr(handle, "name", "") or "")).name
     if not name:
@@ -225,7 +230,7 @@ def _file_parts(file: FileInput, file_name: str | None) -> tuple[str, Callable[[
         )
     start = handle.tell() if handle.seekable() else None
 
-    def rewound() -> IO[bytes]:
+    def rewound(opened: ExitStack) -> IO[bytes]:
         if start is not None:
             handle.seek(start)
         return handle
@@ -295,6 +300,11 @@ def delete_webhook(webhook_id: str) -> Call[None]:
 def list_deliveries(webhook_id: str, page: int, limit: int) -> Call[Listing[WebhookDeliveryPublic]]:
     path = f"/webhooks/{webhook_id}/deliveries"
     return Call("GET", path, _listing(WebhookDeliveryPublic), {"page": page, "limit": limit})
+
+
+def retry_delivery(webhook_id: str, event_id: str) -> Call[WebhookDeliveryPublic]:
+    path = f"/webhooks/{webhook_id}/deliveries/{event_id}/retry"
+    return Call("POST", path, _model(WebhookDeliveryPublic), replayable=False)
 
 
 # --- answers, errors and retries ---------------------------------------------------------------

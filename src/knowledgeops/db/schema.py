@@ -308,3 +308,61 @@ job_parts = cast(Table, JobPart.__table__)
 job_ocr = cast(Table, JobOcr.__table__)
 embedding_cache = cast(Table, EmbeddingCacheEntry.__table__)
 api_keys = cast(Table, ApiKey.__table__)
+
+
+class Webhook(Base):
+    """A subscription: `url` gets each of `events` (job.completed, …) of the tenant's jobs, or
+    of one dataset's. `secret` signs every delivery; the API shows it once, when it is made."""
+
+    __tablename__ = "webhooks"
+    __table_args__ = (Index(None, "tenant_id"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    url: Mapped[str] = mapped_column(Text)
+    events: Mapped[list[str]] = mapped_column(JSON)
+    dataset_id: Mapped[str | None] = mapped_column(
+        ForeignKey("datasets.id", ondelete="CASCADE"), nullable=True
+    )
+    description: Mapped[str] = mapped_column(Text, default="")
+    secret: Mapped[str] = mapped_column(String(80))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class WebhookDelivery(Base):
+    """One event for one webhook: its id is the event id the receiver dedupes on, `body` the
+    exact bytes every attempt sends, `job_id` the delivery's own job (kind `webhook`)."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (UniqueConstraint("job_id"), Index(None, "webhook_id", "created_at"))
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    webhook_id: Mapped[str] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"))
+    job_id: Mapped[str] = mapped_column(String(36))
+    subject_job_id: Mapped[str] = mapped_column(String(36))
+    event: Mapped[str] = mapped_column(String(40))
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class WebhookAttempt(Base):
+    """One attempt of a delivery: what the receiver answered, or why nothing counted."""
+
+    __tablename__ = "webhook_attempts"
+    __table_args__ = (Index(None, "delivery_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    delivery_id: Mapped[str] = mapped_column(
+        ForeignKey("webhook_deliveries.id", ondelete="CASCADE")
+    )
+    attempt: Mapped[int] = mapped_column(Integer)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    duration_ms: Mapped[int] = mapped_column(Integer)
+
+
+webhooks = cast(Table, Webhook.__table__)
+webhook_deliveries = cast(Table, WebhookDelivery.__table__)
+webhook_attempts = cast(Table, WebhookAttempt.__table__)

@@ -125,12 +125,14 @@ def _queue_missing(exc: BaseException) -> bool:
 class CeleryDispatcher:
     """Publishes job ids as `kops.run_job` tasks; any broker error is a PublishError."""
 
-    def __init__(self, app: Celery) -> None:
+    def __init__(self, app: Celery, queues: dict[str, str] | None = None) -> None:
         self.app = app
+        self.queues = queues or {}  # kind → its own queue (e.g. webhook deliveries)
 
-    def publish(self, job_id: str) -> None:
+    def publish(self, job_id: str, kind: str = "ingest") -> None:
+        queue = self.queues.get(kind, QUEUE)
         try:
-            self.app.send_task(TASK_NAME, args=[job_id], queue=QUEUE, retry=False)
+            self.app.send_task(TASK_NAME, args=[job_id], queue=queue, retry=False)
         except Exception as exc:
             raise PublishError(f"{type(exc).__name__}: {exc}") from exc
 

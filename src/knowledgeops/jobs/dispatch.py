@@ -14,8 +14,9 @@ __all__ = ["Dispatcher", "PublishError"]
 
 
 class Dispatcher(Protocol):
-    def publish(self, job_id: str) -> None:
-        """Hand `job_id` to the broker, or raise PublishError."""
+    def publish(self, job_id: str, kind: str = "ingest") -> None:
+        """Hand `job_id` to the broker, or raise PublishError. `kind` is the job's: a
+        dispatcher may send each kind to its own queue (jobs/lanes.py)."""
         ...
 
     def backlog(self) -> int | None:

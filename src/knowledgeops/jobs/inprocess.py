@@ -18,7 +18,7 @@ class InProcessQueue:
         self._waiting: set[str] = set()
         self._lock = threading.Lock()
 
-    def publish(self, job_id: str) -> None:
+    def publish(self, job_id: str, kind: str = "ingest") -> None:
         with self._lock:
             if job_id in self._waiting:
                 return

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -22,7 +22,7 @@ from knowledgeops.jobs.parts import Summed
 from knowledgeops.jobs.records import CHANGE, OUTCOMES, age, change_of
 from knowledgeops.jobs.rows import Fence, Values
 from knowledgeops.jobs.states import OPEN, JobStatus
-from knowledgeops.jobs.store import JobStore, TransitionListener
+from knowledgeops.jobs.store import JobStore, OutcomeListener, TransitionListener
 
 NO_TX = cast(Tx, None)  # what the twin hands where a database transaction would go
 
@@ -39,8 +39,13 @@ class _OutboxRow:
 
 
 class MemoryJobStore(JobStore):
-    def __init__(self, listener: TransitionListener | None = None) -> None:
-        super().__init__(listener)
+    def __init__(
+        self,
+        listener: TransitionListener | None = None,
+        outcomes: Sequence[OutcomeListener] = (),
+        silent_kinds: Collection[str] = (),
+    ) -> None:
+        super().__init__(listener, outcomes, silent_kinds)
         self.jobs: dict[str, Job] = {}
         self.outbox: list[_OutboxRow] = []
         self.events: list[dict[str, Any]] = []
@@ -214,14 +219,15 @@ class MemoryJobStore(JobStore):
                     row.last_error = error[:2000]
 
     def publish_outbox(
-        self, *, now: datetime, limit: int, publish: Callable[[str], None]
+        self, *, now: datetime, limit: int, publish: Callable[[str, str], None]
     ) -> tuple[int, str | None]:
         with self._publishing:  # like the rows a SQL relay holds while it publishes
             due = self.due_outbox(now=now, limit=limit)
             published: list[int] = []
             for item in due:
                 try:
-                    publish(item.job_id)
+                    job = self.jobs.get(item.job_id)
+                    publish(item.job_id, job.kind if job is not None else "ingest")
                 except Exception as exc:
                     error = f"{type(exc).__name__}: {exc}"
                     self.mark_publish_failed(item.id, error)

@@ -125,12 +125,12 @@ class JobRows(ABC):
 
     @abstractmethod
     def publish_outbox(
-        self, *, now: datetime, limit: int, publish: Callable[[str], None]
+        self, *, now: datetime, limit: int, publish: Callable[[str, str], None]
     ) -> tuple[int, str | None]:
-        """Hand due outbox rows to `publish` in id order and mark them published, all in one
-        transaction that holds the rows (FOR UPDATE SKIP LOCKED on PostgreSQL), so that two
-        relays never publish the same row. Stops at the first failure, which is recorded on its
-        row; returns (rows published, the failure's message or None)."""
+        """Hand due outbox rows to `publish(job_id, kind)` in id order and mark them published,
+        all in one transaction that holds the rows (FOR UPDATE SKIP LOCKED on PostgreSQL), so
+        that two relays never publish the same row. Stops at the first failure, which is
+        recorded on its row; returns (rows published, the failure's message or None)."""
 
     @abstractmethod
     def requeue_unclaimed(self, *, published_before: datetime, now: datetime) -> int:

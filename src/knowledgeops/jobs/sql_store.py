@@ -8,7 +8,7 @@ skips a row another session holds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict
 from datetime import datetime
@@ -26,7 +26,7 @@ from knowledgeops.jobs.parts import Summed
 from knowledgeops.jobs.records import CHANGE, OUTCOMES, age, change_of
 from knowledgeops.jobs.rows import Fence, Values
 from knowledgeops.jobs.states import OPEN, JobStatus, Stage
-from knowledgeops.jobs.store import JobStore, TransitionListener
+from knowledgeops.jobs.store import JobStore, OutcomeListener, TransitionListener
 
 _OPEN = [status.value for status in OPEN]
 P = J.alias("part")
@@ -55,8 +55,14 @@ def _silent(stale_before: datetime) -> Any:
 
 
 class SqlJobStore(JobStore):
-    def __init__(self, db: Database, listener: TransitionListener | None = None) -> None:
-        super().__init__(listener)
+    def __init__(
+        self,
+        db: Database,
+        listener: TransitionListener | None = None,
+        outcomes: Sequence[OutcomeListener] = (),
+        silent_kinds: Collection[str] = (),
+    ) -> None:
+        super().__init__(listener, outcomes, silent_kinds)
         self.db = db
 
     # --- primitives -----------------------------------------------------------------------------
@@ -202,16 +208,17 @@ class SqlJobStore(JobStore):
             )
 
     def publish_outbox(
-        self, *, now: datetime, limit: int, publish: Callable[[str], None]
+        self, *, now: datetime, limit: int, publish: Callable[[str, str], None]
     ) -> tuple[int, str | None]:
         due = (
-            select(O.c.id, O.c.job_id)
+            select(O.c.id, O.c.job_id, func.coalesce(J.c.kind, "ingest"))
+            .outerjoin(J, J.c.id == O.c.job_id)
             .where(O.c.published_at.is_(None), O.c.available_at <= now)
             .order_by(O.c.id)
             .limit(limit)
         )
         if not self.db.is_sqlite:  # SQLite's BEGIN IMMEDIATE already lets one writer in
-            due = due.with_for_update(skip_locked=True)
+            due = due.with_for_update(of=O, skip_locked=True)
         published: list[int] = []
         error: str | None = None
         with self.db.write() as conn:
@@ -219,9 +226,9 @@ class SqlJobStore(JobStore):
                 conn.exec_driver_sql(
                     f"SET LOCAL idle_in_transaction_session_timeout = '{PUBLISH_HOLD_LIMIT_S}s'"
                 )
-            for item_id, job_id in conn.execute(due).all():
+            for item_id, job_id, kind in conn.execute(due).all():
                 try:
-                    publish(job_id)
+                    publish(job_id, kind)
                 except Exception as exc:  # the broker refused: keep the row for the next pass
                     error = f"{type(exc).__name__}: {exc}"
                     conn.execute(

@@ -20,7 +20,7 @@ outbox), and a worker's writes commit with its progress or not at all.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -41,9 +41,17 @@ from knowledgeops.jobs.records import (
     stage_event,
 )
 from knowledgeops.jobs.rows import Fence, JobRows, Values
-from knowledgeops.jobs.states import OPEN, Event, JobStatus, Stage
+from knowledgeops.jobs.states import OPEN, TERMINAL, Event, JobStatus, Stage
 
-__all__ = ["Guard", "JobNotFound", "JobStore", "LeaseLost", "PartsWork", "TransitionListener"]
+__all__ = [
+    "Guard",
+    "JobNotFound",
+    "JobStore",
+    "LeaseLost",
+    "OutcomeListener",
+    "PartsWork",
+    "TransitionListener",
+]
 
 Work = Callable[[Tx], None]
 PartsWork = Callable[[Tx, list[str]], None]
@@ -75,9 +83,27 @@ class TransitionListener(Protocol):
     def on_transition(self, tx: Tx, job: Job, new_status: JobStatus) -> None: ...
 
 
+class OutcomeListener(Protocol):
+    """Told, inside the transaction, of a job (not a part) that has just ended (completed,
+    failed or cancelled), as it now stands. It may add jobs of its own in that transaction
+    (`store.add(…, tx=tx)`): a webhook delivery is written with the change it reports, or
+    neither is."""
+
+    def on_outcome(self, store: JobStore, tx: Tx, job: Job, now: datetime) -> None: ...
+
+
 class JobStore(JobRows):
-    def __init__(self, listener: TransitionListener | None = None) -> None:
+    def __init__(
+        self,
+        listener: TransitionListener | None = None,
+        outcomes: Sequence[OutcomeListener] = (),
+        silent_kinds: Collection[str] = (),
+    ) -> None:
         self.listener = listener
+        self.outcomes = list(outcomes)
+        # kinds whose changes are not recorded for the event streams: work of the system's own
+        # that no user follows (a webhook delivery has its own listing)
+        self.silent_kinds = frozenset(silent_kinds)
 
     # --- creating and reading -------------------------------------------------------------------
     def add(self, new: NewJob, *, now: datetime, tx: Tx | None = None) -> Job:
@@ -371,13 +397,17 @@ class JobStore(JobRows):
         if new_status in (JobStatus.FAILED, JobStatus.CANCELLED):
             self._cancel_parts(tx, job.id, now)
         self._record_change(tx, job.id, now)
+        if new_status in TERMINAL and self.outcomes:
+            ended = self._reload(tx, job.id)
+            for outcome in self.outcomes:
+                outcome.on_outcome(self, tx, ended, now)
         return True
 
     def _record_change(self, tx: Tx, job_id: str, now: datetime) -> None:
         """Record the job as it now stands if a user would see a difference since its last
         recorded change (a part's changes show on its parent, not on their own)."""
         job = self._load(tx, job_id)
-        if job is None or job.parent_id is not None:
+        if job is None or job.parent_id is not None or job.kind in self.silent_kinds:
             return
         row = change_event(job, now)
         if shown(row) != shown(self._last_change(tx, job_id)):

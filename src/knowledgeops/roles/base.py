@@ -57,7 +57,7 @@ class DataRole(Role):
         self.models = wiring.make_models(settings, self.db, embedder, nice=nice)
         self.embedder = self.models.embedder(self.models.default)  # loaded at start
         self.index = wiring.make_index(self.db, self.embedder.dimension)
-        self.store = wiring.make_store(self.db, self.index)
+        self.store = wiring.make_store(self.db, self.index, settings)
 
     def use_cases(
         self, *, notify: Callable[[], None], readiness: Callable[[], dict[str, object]]

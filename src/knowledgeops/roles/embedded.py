@@ -19,6 +19,7 @@ from knowledgeops.db.migrate import upgrade
 from knowledgeops.ingest.embedders.base import Embedder
 from knowledgeops.jobs.heartbeat import Heartbeat
 from knowledgeops.jobs.inprocess import InProcessQueue
+from knowledgeops.jobs.kinds import Lanes
 from knowledgeops.jobs.runner import Runner
 from knowledgeops.jobs.worker_pool import WorkerPool
 from knowledgeops.roles import wiring
@@ -28,6 +29,7 @@ from knowledgeops.roles.logs import configure_logging
 from knowledgeops.service.blob_refs import sweep_unreferenced
 from knowledgeops.settings import DEFAULT_TENANT, Settings
 from knowledgeops.ui import app as ui
+from knowledgeops.webhooks import WEBHOOK_KIND
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +47,14 @@ class EmbeddedRole(DataRole):
         self.started_at: float | None = None
         self.lock = DataDirLock(settings.data_dir)
         self.queue = InProcessQueue()
+        self.webhook_queue = InProcessQueue()  # deliveries' own lane: never ahead of an upload
+        lanes = Lanes(self.queue, {WEBHOOK_KIND: self.webhook_queue})
         self.heartbeat = Heartbeat(self.store, settings.heartbeat_interval_s, clock)
-        self.relay = wiring.make_relay(settings, self.store, self.queue, clock)
+        self.relay = wiring.make_relay(settings, self.store, lanes, clock)
         self.pipeline = wiring.make_pipeline(settings, self.db, self.blobs, self.index, self.models)
         self.runner = Runner(
             self.store,
-            self.pipeline,
+            wiring.make_handler(settings, self.db, self.pipeline, clock),
             policy=wiring.retry_policy(settings),
             heartbeat=self.heartbeat,
             clock=clock,
@@ -64,6 +68,7 @@ class EmbeddedRole(DataRole):
             nice=settings.worker_nice,
             on_start=self.pipeline.parsing.prestart,  # each worker's parser, ready before work
         )
+        self.deliverers = WorkerPool(self.webhook_queue, self.runner, settings.webhook_workers)
         # an upload wakes the relay: its job is published now, not at the relay's next tick
         self.service = self.use_cases(notify=self.relay.wake, readiness=self.readiness)
 
@@ -96,12 +101,14 @@ class EmbeddedRole(DataRole):
         self.heartbeat.start()
         self.relay.start()
         self.workers.start()
+        self.deliverers.start()
         wiring.preload(self.embedder)
         self.started_at = time.perf_counter()
         log.info("embedded runtime started in %.2f s", self.started_at - started)
 
     def stop(self) -> None:
         self.workers.stop(timeout=self.settings.shutdown_grace_s)
+        self.deliverers.stop(timeout=self.settings.webhook_timeout_s)
         # first: a parse cut short below must not fail its job
         self.heartbeat.release_held()
         self.pipeline.parsing.close()
@@ -116,12 +123,15 @@ class EmbeddedRole(DataRole):
         checks: dict[str, object] = {"database": self.database_check()}
         alive = self.workers.alive()
         checks["workers"] = f"{alive}/{self.workers.size} running"
+        delivering = self.deliverers.alive()
+        checks["webhook_workers"] = f"{delivering}/{self.deliverers.size} running"
         checks["relay"] = "running" if self.relay.is_alive() else "stopped"
         checks["heartbeat"] = "running" if self.heartbeat.is_alive() else "stopped"
         checks["model"] = "loaded" if self.embedder.loaded else "loading"
         checks["ready"] = (
             checks["database"] == "ok"
             and alive == self.workers.size
+            and delivering == self.deliverers.size
             and self.relay.is_alive()
             and self.heartbeat.is_alive()
         )

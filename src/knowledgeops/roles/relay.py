@@ -23,7 +23,7 @@ class RelayRole(Role):
     def __init__(self, settings: Settings, dispatcher: Dispatcher, *, clock: Clock = utcnow):
         super().__init__(settings, clock=clock)
         self.index = wiring.make_index(self.db, wiring.model_dimension(settings))
-        self.store = wiring.make_store(self.db, self.index)
+        self.store = wiring.make_store(self.db, self.index, settings)
         self.dispatcher = dispatcher
         self.relay = wiring.make_relay(settings, self.store, dispatcher, clock)
         self.leader = AdvisoryLeader(settings.resolved_database_url)

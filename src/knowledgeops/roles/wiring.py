@@ -38,8 +38,10 @@ from knowledgeops.ingest.parsers.isolated import InlineParsing, IsolatedParsing
 from knowledgeops.ingest.parsers.limits import ParseLimits
 from knowledgeops.ingest.pipeline import IngestPipeline
 from knowledgeops.jobs.dispatch import Dispatcher
+from knowledgeops.jobs.kinds import ByKind
 from knowledgeops.jobs.relay import Relay
 from knowledgeops.jobs.retry import RetryPolicy
+from knowledgeops.jobs.runner import Handler
 from knowledgeops.jobs.sql_store import SqlJobStore
 from knowledgeops.jobs.store import JobStore
 from knowledgeops.service.datasets import DatasetDefaults, Datasets
@@ -49,16 +51,45 @@ from knowledgeops.service.keys import ApiKeys
 from knowledgeops.service.knowledge_base import Admission, KnowledgeBase
 from knowledgeops.service.search import Search
 from knowledgeops.service.uploads import Uploads
+from knowledgeops.service.webhooks import Webhooks
 from knowledgeops.settings import MODEL_MAX_TOKENS, Settings
+from knowledgeops.webhooks import WEBHOOK_KIND
+from knowledgeops.webhooks.deliver import Deliverer
+from knowledgeops.webhooks.events import WebhookEvents
 
 
 def make_index(db: Database, dimension: int) -> ChunkIndex:
     return SqliteIndex(db, dimension) if db.is_sqlite else PgVectorIndex(db, dimension)
 
 
-def make_store(db: Database, index: ChunkIndex) -> SqlJobStore:
-    """The job store, with documents and the index following every job's transitions."""
-    return SqlJobStore(db, DocumentLifecycle(index))
+def make_store(db: Database, index: ChunkIndex, settings: Settings) -> SqlJobStore:
+    """The job store, with documents and the index following every job's transitions, and
+    each job's end written as the deliveries of the webhooks that asked for it."""
+    return SqlJobStore(
+        db,
+        DocumentLifecycle(index),
+        [WebhookEvents(settings.webhook_max_attempts)],
+        silent_kinds={WEBHOOK_KIND},  # deliveries are listed per webhook, not streamed
+    )
+
+
+CELERY_LANES = {WEBHOOK_KIND: "kops.webhooks"}
+"""Kinds of job with a Celery queue of their own (the rest go to kops.jobs): `kops worker
+--lanes webhooks` runs only deliveries, so a slow receiver never holds an ingest process."""
+
+
+def make_handler(
+    settings: Settings, db: Database, pipeline: IngestPipeline, clock: Clock
+) -> Handler:
+    """What a worker runs: the pipeline for documents and datasets, the deliverer for
+    webhook events."""
+    deliverer = Deliverer(
+        db,
+        clock,
+        allow_private=settings.webhook_allow_private,
+        timeout_s=settings.webhook_timeout_s,
+    )
+    return ByKind(pipeline, {WEBHOOK_KIND: deliverer})
 
 
 def model_dimension(settings: Settings) -> int:
@@ -325,6 +356,13 @@ def make_knowledge_base(
         search=Search(db, datasets, index, models),
         models=models,
         keys=ApiKeys(db),
+        webhooks=Webhooks(
+            db,
+            store,
+            allow_private=settings.webhook_allow_private,
+            max_attempts=settings.webhook_max_attempts,
+            notify=notify,
+        ),
         admission=Admission.from_settings(settings),
         metrics=lambda: store.metrics(now=utcnow()),
         readiness=readiness,

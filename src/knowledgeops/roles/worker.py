@@ -48,7 +48,7 @@ class WorkerRole(DataRole):
         super().__init__(settings, embedder=embedder, clock=clock)
         self.heartbeat = Heartbeat(self.store, settings.heartbeat_interval_s, clock)
         self.pipeline = wiring.make_pipeline(settings, self.db, self.blobs, self.index, self.models)
-        handler: Handler = self.pipeline
+        handler = wiring.make_handler(settings, self.db, self.pipeline, clock)
         if handler_wrapper is not None:
             handler = handler_wrapper(handler)
         self.runner = Runner(

@@ -30,6 +30,7 @@ from knowledgeops.jobs.store import JobStore
 from knowledgeops.service.blob_refs import unlink_unreferenced
 from knowledgeops.service.views import DatasetView, Page, from_row
 from knowledgeops.settings import MODEL_MAX_TOKENS
+from knowledgeops.webhooks import WEBHOOK_KIND
 
 DEFAULT_NAME = "default"
 
@@ -324,6 +325,7 @@ class Datasets:
             .where(
                 ingest_jobs.c.dataset_id == dataset_id,
                 ingest_jobs.c.parent_id.is_(None),
+                ingest_jobs.c.kind != WEBHOOK_KIND,  # a delivery holds up no model change
                 ingest_jobs.c.status.in_([s.value for s in OPEN]),
             )
             .order_by(ingest_jobs.c.created_at, ingest_jobs.c.id)

@@ -25,6 +25,7 @@ from knowledgeops.service.datasets import owned_datasets
 from knowledgeops.service.jobs import USER_JOBS
 from knowledgeops.service.metadata import TYPE_NAMES
 from knowledgeops.service.views import ChunkView, DocumentView, Page, from_row
+from knowledgeops.webhooks import WEBHOOK_KIND
 
 DOCUMENT_STATUSES = ("pending", "processing", "ready", "failed", "cancelled")
 
@@ -148,6 +149,7 @@ class Documents:
                         and_(
                             ingest_jobs.c.dataset_id == doc.dataset_id,
                             ingest_jobs.c.document_id.is_(None),
+                            ingest_jobs.c.kind != WEBHOOK_KIND,
                             ingest_jobs.c.status.in_([s.value for s in OPEN]),
                         ),
                     )

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, and_, func, select
 
 from knowledgeops.clock import utcnow
 from knowledgeops.db.engine import Database, Tx
@@ -20,8 +20,10 @@ from knowledgeops.jobs.states import OPEN, JobStatus
 from knowledgeops.jobs.store import JobStore
 from knowledgeops.service.datasets import owned_datasets
 from knowledgeops.service.views import JobView, Page
+from knowledgeops.webhooks import WEBHOOK_KIND
 
-USER_JOBS = ingest_jobs.c.parent_id.is_(None)  # not a part of a split job
+# not a part of a split job, nor a webhook delivery (listed under its webhook)
+USER_JOBS = and_(ingest_jobs.c.parent_id.is_(None), ingest_jobs.c.kind != WEBHOOK_KIND)
 
 
 def job_select(tenant: str) -> Any:

@@ -21,6 +21,7 @@ from knowledgeops.service.jobs import Jobs
 from knowledgeops.service.keys import ApiKeys
 from knowledgeops.service.search import Search
 from knowledgeops.service.uploads import Uploads
+from knowledgeops.service.webhooks import Webhooks
 from knowledgeops.settings import Settings
 
 
@@ -60,6 +61,7 @@ class KnowledgeBase:
     jobs: Jobs
     search: Search
     keys: ApiKeys
+    webhooks: Webhooks
     admission: Admission
     models: Models  # the embedding models datasets may choose (GET /models)
     # the whole deployment's jobs by status, outbox backlog, waiting and heartbeat ages, outcomes

@@ -34,6 +34,7 @@ from knowledgeops.service.datasets import Datasets
 from knowledgeops.service.jobs import USER_JOBS, Jobs
 from knowledgeops.service.metadata import check_metadata
 from knowledgeops.service.views import Accepted
+from knowledgeops.webhooks import WEBHOOK_KIND
 
 __all__ = [  # StagedFile too: what the API streams an upload's bytes into
     "StagedFile",
@@ -133,7 +134,8 @@ class Uploads:
         with self.db.read() as conn:
             waiting = conn.scalar(
                 select(func.count()).where(
-                    ingest_jobs.c.status.in_([JobStatus.PENDING.value, JobStatus.RETRYING.value])
+                    ingest_jobs.c.status.in_([JobStatus.PENDING.value, JobStatus.RETRYING.value]),
+                    ingest_jobs.c.kind != WEBHOOK_KIND,  # a receiver that is down holds no upload
                 )
             )
         if waiting is not None and waiting >= self.max_waiting_jobs:

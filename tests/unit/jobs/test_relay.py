@@ -22,7 +22,7 @@ class FlakyBroker:
         self.down = False
         self.published: list[str] = []
 
-    def publish(self, job_id: str) -> None:
+    def publish(self, job_id: str, kind: str = "ingest") -> None:
         if self.down:
             raise ConnectionError("broker unreachable")
         self.published.append(job_id)
