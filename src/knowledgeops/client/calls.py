@@ -231,11 +231,24 @@ def _file_parts(
     start = handle.tell() if handle.seekable() else None
 
     def rewound(opened: ExitStack) -> IO[bytes]:
-        if start is not None:
-            handle.seek(start)
-        return handle
+        if start is None:
+            return handle
+        handle.seek(start)
+        # httpx sends a seekable file from its first byte: one read where it stood is wrapped
+        return handle if start == 0 else _Remaining(handle)  # type: ignore[return-value]
 
     return name, rewound
+
+
+class _Remaining:
+    """A file object read from where it stands, with nothing to seek: so that httpx sends the
+    rest of it, not all of it (and, its length unknown, sends it in chunks)."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self._handle = handle
+
+    def read(self, size: int = -1) -> bytes:
+        return self._handle.read(size)
 
 
 # --- jobs --------------------------------------------------------------------------------------

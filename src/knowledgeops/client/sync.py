@@ -119,8 +119,8 @@ class KnowledgeOps:
     def list_datasets(self, *, page: int = 1, limit: int = 100) -> Listing[DatasetPublic]:
         return self.send(calls.list_datasets(page, limit))
 
-    def iter_datasets(self) -> Iterator[DatasetPublic]:
-        return self._walk(lambda page: calls.list_datasets(page, 200))
+    def iter_datasets(self, *, page_size: int = 200) -> Iterator[DatasetPublic]:
+        return self._walk(lambda page: calls.list_datasets(page, page_size))
 
     def create_dataset(self, name: str, **settings: Any) -> DatasetPublic:
         """`settings`: description, chunk_size, chunk_overlap, ocr_languages, embedding_model."""
@@ -184,9 +184,9 @@ class KnowledgeOps:
         return self.send(calls.list_documents(dataset_id, status, page, limit))
 
     def iter_documents(
-        self, dataset_id: str, *, status: str | None = None
+        self, dataset_id: str, *, status: str | None = None, page_size: int = 200
     ) -> Iterator[DocumentPublic]:
-        return self._walk(lambda page: calls.list_documents(dataset_id, status, page, 200))
+        return self._walk(lambda page: calls.list_documents(dataset_id, status, page, page_size))
 
     def get_document(self, document_id: str) -> DocumentPublic:
         return self.send(calls.get_document(document_id))
@@ -202,8 +202,8 @@ class KnowledgeOps:
     ) -> Listing[ChunkPublic]:
         return self.send(calls.list_chunks(document_id, page, limit))
 
-    def iter_chunks(self, document_id: str) -> Iterator[ChunkPublic]:
-        return self._walk(lambda page: calls.list_chunks(document_id, page, 200))
+    def iter_chunks(self, document_id: str, *, page_size: int = 200) -> Iterator[ChunkPublic]:
+        return self._walk(lambda page: calls.list_chunks(document_id, page, page_size))
 
     # --- jobs --------------------------------------------------------------------------------
     def list_jobs(
@@ -223,8 +223,11 @@ class KnowledgeOps:
         status: str | None = None,
         dataset_id: str | None = None,
         document_id: str | None = None,
+        page_size: int = 200,
     ) -> Iterator[JobPublic]:
-        return self._walk(lambda page: calls.list_jobs(status, dataset_id, document_id, page, 200))
+        return self._walk(
+            lambda page: calls.list_jobs(status, dataset_id, document_id, page, page_size)
+        )
 
     def get_job(self, job_id: str) -> JobPublic:
         return self.send(calls.get_job(job_id))

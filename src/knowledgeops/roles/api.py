@@ -10,6 +10,7 @@ import time
 from fastapi import FastAPI
 
 from knowledgeops.api import app as http
+from knowledgeops.mcp_server import http as mcp_http
 from knowledgeops.roles import wiring
 from knowledgeops.roles.base import DataRole
 from knowledgeops.roles.first_key import check_auth
@@ -34,6 +35,7 @@ class ApiRole(DataRole):
     def app(self) -> FastAPI:
         app = http.create_app(self.service, on_start=self.start, on_stop=self.stop)
         ui.install(app)  # the dashboard at /ui, on the same app and streams
+        mcp_http.install(app, self.settings)  # the MCP server at /mcp
         return app
 
     def start(self) -> None:

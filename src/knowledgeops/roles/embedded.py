@@ -22,6 +22,7 @@ from knowledgeops.jobs.inprocess import InProcessQueue
 from knowledgeops.jobs.kinds import Lanes
 from knowledgeops.jobs.runner import Runner
 from knowledgeops.jobs.worker_pool import WorkerPool
+from knowledgeops.mcp_server import http as mcp_http
 from knowledgeops.roles import wiring
 from knowledgeops.roles.base import DataRole
 from knowledgeops.roles.first_key import check_auth
@@ -76,6 +77,7 @@ class EmbeddedRole(DataRole):
         """The HTTP API over this role; the app's lifespan starts and stops it."""
         app = create_app(self.service, on_start=self.start, on_stop=self.stop)
         ui.install(app)  # the dashboard at /ui, on the same app and streams
+        mcp_http.install(app, self.settings)  # the MCP server at /mcp
         return app
 
     def acquire(self) -> None:
