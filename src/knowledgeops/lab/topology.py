@@ -198,9 +198,17 @@ class Topology:
     def start_relay(self) -> Proc:
         return self._spawn("relay")
 
-    def start_worker(self, concurrency: int = 1, raw_env: dict[str, str] | None = None) -> Proc:
-        """`raw_env`: extra environment variables for this worker only (fault injection)."""
-        return self._spawn("worker", "--concurrency", str(concurrency), raw_env=raw_env)
+    def start_worker(
+        self,
+        concurrency: int = 1,
+        raw_env: dict[str, str] | None = None,
+        *,
+        lanes: str = "all",
+    ) -> Proc:
+        """`raw_env`: extra environment variables for this worker only (fault injection);
+        `lanes`: what it runs (`kops worker --lanes`: all, jobs or webhooks)."""
+        args = ("--concurrency", str(concurrency), "--lanes", lanes)
+        return self._spawn("worker", *args, raw_env=raw_env)
 
     def start(
         self,
