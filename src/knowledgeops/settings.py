@@ -104,9 +104,14 @@ class Settings(BaseSettings):
     )
     mcp_upload_dir: Path | None = Field(
         None,
-        description="The folder the MCP tool upload_document may read files from by path "
-        "(`kops mcp`, /mcp): only files whose real path, symlinks resolved, lies inside it; "
-        "unset: it uploads text only.",
+        description="The folder the MCP tool upload_document of `kops mcp` (stdio, the agent's "
+        "own machine) may read files from by path: only files whose real path, symlinks "
+        "resolved, lies inside it; unset: it uploads text only.",
+    )
+    mcp_http_upload_dir: Path | None = Field(
+        None,
+        description="The same for /mcp, where any API key's holder calls the tool: a folder of "
+        "this server they may all read (a shared drive). Unset: text uploads only.",
     )
 
     # workers
@@ -132,14 +137,17 @@ class Settings(BaseSettings):
         "delivery resolves the host (SSRF).",
     )
     webhook_timeout_s: float = Field(
-        10.0, gt=0, le=60, description="One delivery attempt's limit: connect and answer."
+        10.0,
+        gt=0,
+        le=60,
+        description="One delivery attempt's limit, all of it: connect, send, the answer.",
     )
     webhook_max_attempts: int = Field(
         20,
         ge=1,
         le=100,
         description="Attempts per event before its delivery fails (with the jobs' backoff "
-        "between them: about 45 minutes in all with the defaults).",
+        "between them: about half an hour in all with the defaults, an hour at most).",
     )
     webhook_workers: int = Field(
         2,

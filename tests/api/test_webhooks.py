@@ -277,3 +277,36 @@ def test_deleting_a_webhook_stops_its_deliveries(
     count = len(receiver.received())
     time.sleep(1.5)
     assert len(receiver.received()) == count
+
+
+def test_an_answer_trickled_a_byte_at_a_time_is_cut_off_at_the_attempts_limit(
+    make_client: Callable[..., TestClient], receiver: Receiver
+) -> None:
+    client = make_client(**ALLOW, webhook_timeout_s=2.0, webhook_max_attempts=1)
+    made = subscribe(client, receiver.url)
+    receiver.trickle_s = 0.3  # within any read timeout, for ever
+    ended(client, upload(client, "slow.txt", b"a receiver that never finishes " * 30))
+    started = time.monotonic()
+    (failed,) = wait_for(
+        lambda: [d for d in deliveries(client, made["id"]) if d["status"] == "failed"],
+        what="the attempt cut off",
+    )
+    assert time.monotonic() - started < 10
+    (attempt,) = failed["attempts"]
+    assert attempt["error"] == "no answer within 2 s"
+    assert 1900 <= attempt["durationMs"] < 5000
+
+
+def test_an_unreadable_retry_after_is_ignored(
+    make_client: Callable[..., TestClient], receiver: Receiver
+) -> None:
+    client = make_client(**ALLOW)
+    made = subscribe(client, receiver.url)
+    receiver.status, receiver.headers = 503, {"Retry-After": "soon"}
+    ended(client, upload(client, "odd.txt", b"an odd header from the receiver " * 30))
+    wait_for(lambda: len(receiver.received()) >= 2, what="retried after a 503 anyway")
+    receiver.status = 200  # still with its odd header: delivered all the same
+    wait_for(
+        lambda: any(d["status"] == "completed" for d in deliveries(client, made["id"])),
+        what="delivered",
+    )

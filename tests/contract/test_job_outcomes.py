@@ -131,3 +131,6 @@ def test_a_silent_kinds_changes_are_not_recorded(outcomes: tuple[Harness, Follow
     recorded = harness.store.changes(after=0, through=last, limit=100, job_id=job.id)
     assert [c.status for c in recorded][-1] == "completed"
     assert (added, JobStatus.COMPLETED, True) in follow_ups.told  # its own end told, no loop
+    metrics = harness.store.metrics(now=T0)  # /metrics: the documents' jobs, not the system's
+    assert metrics.jobs_by_status == {"completed": 1}
+    assert sum(n for (kind, _), n in metrics.outcomes.items() if kind == "completed") == 1

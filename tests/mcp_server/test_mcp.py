@@ -247,7 +247,7 @@ def test_over_http_a_refusal_is_a_tool_error_with_the_apis_message(
     folder = tmp_path / "uploads"
     folder.mkdir()
     outside = make_text(tmp_path / "secret.txt", "not for agents")
-    server = live(mcp_upload_dir=folder)
+    server = live(mcp_http_upload_dir=folder, mcp_upload_dir=tmp_path)
     sdk = server.client()
     unknown = str(uuid.uuid4())
     refused = error_of(lambda: sdk.get_job(unknown))
@@ -265,7 +265,7 @@ def test_over_http_a_refusal_is_a_tool_error_with_the_apis_message(
             assert "HTTP 422" in text
             for path in (str(outside), "../secret.txt"):
                 text = await refusal(mcp, "upload_document", path=path)
-                assert "outside the folder KOPS_MCP_UPLOAD_DIR names" in text
+                assert "outside the folder KOPS_MCP_HTTP_UPLOAD_DIR names" in text
             text = await refusal(mcp, "upload_document", path="missing.txt")
             assert "no such file" in text
             text = await refusal(mcp, "upload_document", text="x", file_name="run.sh")
@@ -381,5 +381,21 @@ def test_kops_mcp_on_stdio_without_an_upload_folder_takes_text_only(
             assert "KOPS_MCP_UPLOAD_DIR names no folder" in text
             uploaded = await call(mcp, "upload_document", text=CANCELLING)
             assert uploaded["file_name"] == "note.md"
+
+    anyio.run(scenario)
+
+
+def test_over_http_the_stdio_upload_folder_is_not_readable(
+    live: Callable[..., LiveServer], tmp_path: Path
+) -> None:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    make_text(folder / "private.txt", "the agent's own machine's file")
+    server = live(mcp_upload_dir=folder)  # the stdio setting only: /mcp reads no folder
+
+    async def scenario() -> None:
+        async with over_http(server) as mcp:
+            text = await refusal(mcp, "upload_document", path=str(folder / "private.txt"))
+            assert "KOPS_MCP_HTTP_UPLOAD_DIR names no folder" in text
 
     anyio.run(scenario)

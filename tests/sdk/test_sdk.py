@@ -30,6 +30,7 @@ from knowledgeops.client import (
     NotFound,
     PayloadTooLarge,
     RateLimited,
+    ServiceUnavailable,
     UnsupportedFileType,
     ValidationFailed,
     WaitTimeout,
@@ -367,3 +368,48 @@ def test_retries_are_bounded_and_a_wait_too_long_is_raised_at_once() -> None:
         server.close()
     with pytest.raises(ConnectionFailed, match="cannot reach KnowledgeOps"):
         KnowledgeOps(server.url, max_retries=1).health()
+
+
+class OnceOnly(io.RawIOBase):
+    """A file that can be read once, from where it stands, and not sought (a pipe)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), len(self.data))
+        buffer[:n], self.data = self.data[:n], self.data[n:]
+        return n
+
+
+def test_what_cannot_be_sent_twice_is_not_sent_twice() -> None:
+    server = Scripted(
+        [
+            (429, {"Retry-After": "0"}, BUSY),  # a pipe's upload: refused, not sent again
+            (503, {"Retry-After": "0"}, {"error": "db down", "code": "not_ready"}),  # a create
+            (503, {"Retry-After": "soon"}, {"error": "db down", "code": "not_ready"}),  # a read
+            (200, {}, {"status": "ok"}),
+        ]
+    )
+    try:
+        kops = KnowledgeOps(server.url, api_key="kops_test")
+        pipe = io.BufferedReader(OnceOnly(b"read once " * 100))
+        with pytest.raises(RateLimited):
+            kops.upload(pipe, file_name="pipe.txt")
+        with pytest.raises(ServiceUnavailable):  # it may have been made before the 503
+            kops.create_webhook("https://hooks.example.com/in")
+        assert kops.health() == {"status": "ok"}  # a read: sent again (the odd wait ignored)
+        assert [path for _, path, _ in server.got] == [
+            "/docs/upload",
+            "/webhooks",
+            "/healthz",
+            "/healthz",
+        ]
+    finally:
+        server.close()

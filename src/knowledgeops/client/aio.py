@@ -97,7 +97,7 @@ class AsyncKnowledgeOps:
                 continue
             if response.status_code < 400:
                 return call.read(response)
-            wait = self.retries.after_answer(response, tries)
+            wait = self.retries.after_answer(response, call, tries)
             if wait is None:
                 raise calls.error_for(response)
             await asyncio.sleep(wait)
@@ -342,6 +342,8 @@ class AsyncKnowledgeOps:
         time.monotonic() value): raise WaitTimeout once it passes."""
         failures = 0
         while True:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(f"{path}: nothing more before the deadline", None)
             headers = {"Last-Event-ID": last_event_id} if last_event_id is not None else {}
             read = idle_timeout_s
             if deadline is not None:
@@ -355,6 +357,8 @@ class AsyncKnowledgeOps:
                         raise calls.error_for(response)
                     parser = EventParser()
                     async for line in response.aiter_lines():
+                        if deadline is not None and time.monotonic() >= deadline:
+                            raise WaitTimeout(f"{path}: nothing more before the deadline", None)
                         event = parser.feed(line)
                         if event is None:
                             continue

@@ -60,6 +60,7 @@ class Call(Generic[T]):
     headers: Mapping[str, str] | None = None
     body: Callable[[ExitStack], Mapping[str, Any]] | None = None  # multipart, built per try
     replayable: bool = True
+    rewindable: bool = True  # its body can be sent again (not a file object read only once)
 
     def request_kwargs(self, opened: ExitStack) -> dict[str, Any]:
         """The arguments of one try; files the body opens are closed with `opened`."""
@@ -138,7 +139,8 @@ def update_dataset(dataset_id: str, changes: Mapping[str, Any]) -> Call[DatasetP
 
 
 def delete_dataset(dataset_id: str) -> Call[None]:
-    return Call("DELETE", f"/datasets/{dataset_id}", _nothing)
+    # not replayable: sent again after a lost answer it would say 404 for what it did
+    return Call("DELETE", f"/datasets/{dataset_id}", _nothing, replayable=False)
 
 
 def search(
@@ -163,7 +165,7 @@ def get_document(document_id: str) -> Call[DocumentPublic]:
 
 
 def delete_document(document_id: str) -> Call[None]:
-    return Call("DELETE", f"/docs/documents/{document_id}", _nothing)
+    return Call("DELETE", f"/docs/documents/{document_id}", _nothing, replayable=False)
 
 
 def reindex_document(document_id: str) -> Call[ReindexAccepted]:
@@ -187,7 +189,7 @@ def upload(
     """The upload of `file`, with an idempotency key made for this call when none is given:
     every retry of it sends the same key, so the server answers it once however often it is
     sent."""
-    name, opener = _file_parts(file, file_name)
+    name, opener, rewindable = _file_parts(file, file_name)
     fields = {"metadata": json.dumps(dict(metadata))} if metadata else None
 
     def body(opened: ExitStack) -> dict[str, Any]:
@@ -204,24 +206,27 @@ def upload(
         params={"datasetId": dataset_id},
         headers={"Idempotency-Key": key},
         body=body,
+        replayable=rewindable,
+        rewindable=rewindable,
     )
 
 
 def _file_parts(
     file: FileInput, file_name: str | None
-) -> tuple[str, Callable[[ExitStack], IO[bytes]]]:
-    """The name to send and a way to read the file from its start, again for each try (a
-    path is opened for each, and closed after it; a caller's file object stays open)."""
+) -> tuple[str, Callable[[ExitStack], IO[bytes]], bool]:
+    """The name to send, a way to read the file from its start for each try (a path is opened
+    for each, and closed after it; a caller's file object stays open), and whether a second
+    try can read it again (not a file object that cannot seek)."""
     if isinstance(file, bytes | bytearray | memoryview):
         if not file_name:
             raise ValueError("uploading bytes needs file_name= (its suffix tells the type)")
         data = bytes(file)
-        return file_name, lambda opened: io.BytesIO(data)
+        return file_name, lambda opened: io.BytesIO(data), True
     if isinstance(file, str | os.PathLike):
         path = Path(file)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file")
-        return file_name or path.name, lambda opened: opened.enter_context(path.open("rb"))
+        return file_name or path.name, lambda opened: opened.enter_context(path.open("rb")), True
     handle = file
     name = file_name or Path(str(getattr(handle, "name", "") or "")).name
     if not name:
@@ -237,7 +242,7 @@ def _file_parts(
         # httpx sends a seekable file from its first byte: one read where it stood is wrapped
         return handle if start == 0 else _Remaining(handle)  # type: ignore[return-value]
 
-    return name, rewound
+    return name, rewound, start is not None
 
 
 class _Remaining:
@@ -278,7 +283,7 @@ def retry_job(job_id: str) -> Call[JobPublic]:
 
 
 def cancel_job(job_id: str) -> Call[JobPublic]:
-    return Call("POST", f"/docs/jobs/{job_id}/cancel", _model(JobPublic))
+    return Call("POST", f"/docs/jobs/{job_id}/cancel", _model(JobPublic), replayable=False)
 
 
 def job_events_path(job_id: str) -> str:
@@ -307,7 +312,7 @@ def get_webhook(webhook_id: str) -> Call[WebhookPublic]:
 
 
 def delete_webhook(webhook_id: str) -> Call[None]:
-    return Call("DELETE", f"/webhooks/{webhook_id}", _nothing)
+    return Call("DELETE", f"/webhooks/{webhook_id}", _nothing, replayable=False)
 
 
 def list_deliveries(webhook_id: str, page: int, limit: int) -> Call[Listing[WebhookDeliveryPublic]]:
@@ -350,27 +355,34 @@ def retry_after(response: httpx.Response) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         pass
-    when = email.utils.parsedate_to_datetime(value) if value.strip() else None
-    if when is None:
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, OverflowError):
+        return None  # neither seconds nor a date: as if it were not there
+    if when.tzinfo is None:
         return None
     return max(0.0, when.timestamp() - time.time())
 
 
 @dataclass(frozen=True, slots=True)
 class Retries:
-    """When a request is sent again: on 429 and 503 (waiting what Retry-After asks, at most
-    `max_wait_s`; a longer wait is raised instead), and on a connection that failed before an
-    answer came (a replayable call only, unless nothing was sent). At most `max_retries`
-    times, with exponential backoff and jitter where the server named no wait."""
+    """When a request is sent again: on 429 (refused before anything was done) and, for a
+    replayable call, 503 (which may come after a commit, from a proxy), waiting what
+    Retry-After asks, at most `max_wait_s` (a longer wait is raised instead); and on a
+    connection that failed before an answer came (a replayable call only, unless nothing was
+    sent). Never a body that cannot be read twice. At most `max_retries` times, with
+    exponential backoff and jitter where the server named no wait."""
 
     max_retries: int = 3
     max_wait_s: float = 30.0
     base_s: float = 0.5
     rand: random.Random = field(default_factory=random.Random)
 
-    def after_answer(self, response: httpx.Response, tries: int) -> float | None:
+    def after_answer(self, response: httpx.Response, call: Call[Any], tries: int) -> float | None:
         """Seconds to wait before sending again, or None to give the answer as it is."""
-        if response.status_code not in (429, 503) or tries > self.max_retries:
+        if tries > self.max_retries or not call.rewindable:
+            return None
+        if not (response.status_code == 429 or (response.status_code == 503 and call.replayable)):
             return None
         asked = retry_after(response)
         if asked is None:
@@ -381,7 +393,7 @@ class Retries:
         if tries > self.max_retries:
             return None
         unsent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
-        if not (unsent or call.replayable):
+        if not (unsent or (call.replayable and call.rewindable)):
             return None
         return self._backoff(tries)
 

@@ -58,7 +58,8 @@ def verify_signature(
         raise SignatureInvalid(f"{SIGNATURE_HEADER} has no timestamp") from None
     expected = sign(secret, body, timestamp).split("v1=", 1)[1]
     given = [v for k, v in (p.split("=", 1) for p in header.split(",") if "=" in p) if k == "v1"]
-    if not any(hmac.compare_digest(expected, candidate) for candidate in given):
+    wanted = expected.encode()
+    if not any(hmac.compare_digest(wanted, candidate.encode()) for candidate in given):
         raise SignatureInvalid("the signature does not match this secret and body")
     age = (time.time() if now is None else now) - timestamp
     if abs(age) > tolerance_s:

@@ -18,6 +18,7 @@ registers the task that calls the shared `run_job`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 from amqp.exceptions import ChannelError, NotFound
@@ -137,14 +138,24 @@ class CeleryDispatcher:
             raise PublishError(f"{type(exc).__name__}: {exc}") from exc
 
     def backlog(self) -> int | None:
-        """Messages in the jobs queue (not counting those workers are running)."""
+        """Messages in the jobs queue and each kind's own (not counting those workers are
+        running)."""
+        total = 0
         try:
             with self.app.connection_for_read() as conn:
                 conn.ensure_connection(max_retries=1, timeout=SOCKET_TIMEOUT_S)
-                declared = conn.default_channel.queue_declare(queue=QUEUE, passive=True)
-                return int(declared.message_count)
+                for queue in (QUEUE, *sorted(set(self.queues.values()) - {QUEUE})):
+                    channel = conn.channel()  # a missing queue's error closes its channel
+                    try:
+                        declared = channel.queue_declare(queue=queue, passive=True)
+                        total += int(declared.message_count)
+                    except Exception as exc:
+                        if not _queue_missing(exc):  # no queue yet: nothing waits in it
+                            raise
+                    finally:
+                        with contextlib.suppress(Exception):
+                            channel.close()
         except Exception as exc:
-            if _queue_missing(exc):  # no queue yet: nothing waits
-                return 0
             log.debug("broker backlog unknown: %s", exc)  # the broker is down
             return None
+        return total

@@ -22,8 +22,15 @@ class Lanes:
         self.by_kind.get(kind, self.default).publish(job_id, kind)
 
     def backlog(self) -> int | None:
-        """What waits for the default lane's workers (the relay's measure of a busy broker)."""
-        return self.default.backlog()
+        """What waits in every lane (the relay's measure of a busy broker: while messages
+        wait, an unclaimed job is not published again soon), None when one cannot tell."""
+        total = 0
+        for dispatcher in {id(d): d for d in (self.default, *self.by_kind.values())}.values():
+            waiting = dispatcher.backlog()
+            if waiting is None:
+                return None
+            total += waiting
+        return total
 
 
 class ByKind:

@@ -310,15 +310,16 @@ class MemoryJobStore(JobStore):
 
     def metrics(self, *, now: datetime) -> JobMetrics:
         with self._lock:
-            by_status = Counter(job.status.value for job in self.jobs.values())
+            jobs = [job for job in self.jobs.values() if job.kind not in self.silent_kinds]
+            by_status = Counter(job.status.value for job in jobs)
             waiting = [
                 job.run_after or job.created_at
-                for job in self.jobs.values()
+                for job in jobs
                 if job.status in (JobStatus.PENDING, JobStatus.RETRYING) and job.is_due(now)
             ]
             beats = [
                 job.heartbeat_at
-                for job in self.jobs.values()
+                for job in jobs
                 if job.status is JobStatus.RUNNING and not self._waiting_on_parts(job)
             ]
             outcomes = Counter(

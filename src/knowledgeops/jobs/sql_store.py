@@ -305,22 +305,24 @@ class SqlJobStore(JobStore):
             return int(result.rowcount)
 
     def metrics(self, *, now: datetime) -> JobMetrics:
+        counted_kinds = J.c.kind.not_in(sorted(self.silent_kinds))
         with self.db.read() as conn:
             by_status = {
                 status: int(count)
                 for status, count in conn.execute(
-                    select(J.c.status, func.count()).group_by(J.c.status)
+                    select(J.c.status, func.count()).where(counted_kinds).group_by(J.c.status)
                 )
             }
             waiting_since = conn.scalar(
                 select(func.min(func.coalesce(J.c.run_after, J.c.created_at))).where(
                     J.c.status.in_([JobStatus.PENDING.value, JobStatus.RETRYING.value]),
                     or_(J.c.run_after.is_(None), J.c.run_after <= now),
+                    counted_kinds,
                 )
             )
             beats = conn.scalars(  # a job waiting on its parts has no worker to beat for it
                 select(J.c.heartbeat_at).where(
-                    J.c.status == JobStatus.RUNNING.value, ~_WAITING_ON_PARTS
+                    J.c.status == JobStatus.RUNNING.value, ~_WAITING_ON_PARTS, counted_kinds
                 )
             ).all()
             outcomes = {

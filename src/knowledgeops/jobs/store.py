@@ -101,8 +101,9 @@ class JobStore(JobRows):
     ) -> None:
         self.listener = listener
         self.outcomes = list(outcomes)
-        # kinds whose changes are not recorded for the event streams: work of the system's own
-        # that no user follows (a webhook delivery has its own listing)
+        # kinds of the system's own work that no user follows as a job (a webhook delivery has
+        # its own listing): their changes are not recorded for the event streams, and neither
+        # they nor their outcomes count in /metrics' job figures
         self.silent_kinds = frozenset(silent_kinds)
 
     # --- creating and reading -------------------------------------------------------------------
@@ -331,7 +332,7 @@ class JobStore(JobRows):
                 event = Event.FAIL if when is None else Event.RETRY_LATER
                 values = failure_values(failure, now, when)
                 if self._move(tx, job, event, now, values, silent_before=stale_before):
-                    self._add_events(tx, counted(job, [failure_event(job, failure, now, when)]))
+                    self._add_events(tx, self._kept(job, [failure_event(job, failure, now, when)]))
                     if when is not None:
                         self._add_outbox(tx, job_id, now, when)
                     rescued.append(self._reload(tx, job_id))
@@ -363,7 +364,7 @@ class JobStore(JobRows):
                 started = self._stage_started(tx, job_id) if events is not None else None
                 if self._move(tx, job, event, now, values(job), lease=lease):
                     if events is not None:
-                        self._add_events(tx, counted(job, events(job, started)))
+                        self._add_events(tx, self._kept(job, events(job, started)))
                     available = outbox_at(job) if outbox_at else None
                     if available is not None:
                         self._add_outbox(tx, job_id, now, available)
@@ -412,6 +413,11 @@ class JobStore(JobRows):
         row = change_event(job, now)
         if shown(row) != shown(self._last_change(tx, job_id)):
             self._add_events(tx, [row])
+
+    def _kept(self, job: Job, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The event rows of `job` the record keeps: none for a silent kind (its outcomes are
+        not the documents' and stay out of /metrics), a part's without its own outcomes."""
+        return [] if job.kind in self.silent_kinds else counted(job, rows)
 
     def _hold(self, tx: Tx, lease: Lease, values: Values) -> None:
         if not self._update_held(tx, lease, values):

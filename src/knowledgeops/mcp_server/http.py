@@ -28,6 +28,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from knowledgeops.client import AsyncKnowledgeOps
+from knowledgeops.mcp_server import uploads
 from knowledgeops.mcp_server.tools import ClientFor, build_server
 from knowledgeops.settings import Settings
 
@@ -42,7 +43,11 @@ _RELAYED = ("WWW-Authenticate", "Retry-After")  # headers of a refusal passed on
 def install(app: FastAPI, settings: Settings) -> None:
     """Serve the MCP server at /mcp of `app`, its session manager running within the app's
     lifespan."""
-    server = build_server(_forwarding(app), upload_dir=settings.mcp_upload_dir)
+    server = build_server(
+        _forwarding(app),
+        upload_dir=settings.mcp_http_upload_dir,  # its own setting: off unless asked for
+        upload_setting=uploads.HTTP_SETTING,
+    )
     server.streamable_http_app(  # made for its session manager; the route to it is ours
         stateless_http=True,
         json_response=True,

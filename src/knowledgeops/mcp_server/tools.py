@@ -54,7 +54,9 @@ def refusal(exc: ClientError) -> str:
     return f"{exc.message} (code {exc.code}{status})"
 
 
-def build_server(client_for: ClientFor, *, upload_dir: Path | None) -> MCPServer[Any]:
+def build_server(
+    client_for: ClientFor, *, upload_dir: Path | None, upload_setting: str = uploads.SETTING
+) -> MCPServer[Any]:
     """The MCP server. `upload_dir`: the folder `upload_document` may read files from by path
     (KOPS_MCP_UPLOAD_DIR); None: text uploads only."""
     server: MCPServer[Any] = MCPServer(
@@ -225,7 +227,7 @@ def build_server(client_for: ClientFor, *, upload_dir: Path | None) -> MCPServer
                     text.encode("utf-8"), dataset_id=chosen.id, file_name=name, metadata=metadata
                 )
             else:
-                real = uploads.confined(str(path), upload_dir)
+                real = uploads.confined(str(path), upload_dir, upload_setting)
                 name = file_name or real.name
                 with real.open("rb") as handle:
                     accepted = await kops.upload(

@@ -1,5 +1,6 @@
-"""What `upload_document` may send: a file by path only from inside the folder KOPS_MCP_UPLOAD_DIR
-names, judged on its real path (symlinks resolved), or text, sent as a Markdown or text file.
+"""What `upload_document` may send: a file by path only from inside the folder a setting names
+(KOPS_MCP_UPLOAD_DIR for `kops mcp`, KOPS_MCP_HTTP_UPLOAD_DIR for /mcp), judged on its real
+path (symlinks resolved), or text, sent as a Markdown or text file.
 
 The path is judged before anything about the file is looked at, so a refused path says nothing
 about what exists outside the folder."""
@@ -10,17 +11,18 @@ from pathlib import Path, PurePath
 
 from mcp.server.mcpserver.exceptions import ToolError
 
-SETTING = "KOPS_MCP_UPLOAD_DIR"
+SETTING = "KOPS_MCP_UPLOAD_DIR"  # `kops mcp` (stdio): the agent's own machine
+HTTP_SETTING = "KOPS_MCP_HTTP_UPLOAD_DIR"  # /mcp: a folder of the server any key holder may read
 TEXT_SUFFIXES = (".md", ".txt")
 DEFAULT_NOTE = "note.md"
 
 
-def confined(path: str, folder: Path | None) -> Path:
+def confined(path: str, folder: Path | None, setting: str = SETTING) -> Path:
     """The real path of the file `path` names (relative: to `folder`), when it lies inside
-    `folder`; a ToolError naming the setting otherwise."""
+    `folder`; a ToolError naming the `setting` that names the folder otherwise."""
     if folder is None:
         raise ToolError(
-            f"uploading a file by path is off here: {SETTING} names no folder to read from "
+            f"uploading a file by path is off here: {setting} names no folder to read from "
             "(send the content as text instead)"
         )
     root = folder.resolve()
@@ -28,11 +30,11 @@ def confined(path: str, folder: Path | None) -> Path:
     real = (candidate if candidate.is_absolute() else root / candidate).resolve()
     if not real.is_relative_to(root):
         raise ToolError(
-            f"{path}: outside the folder {SETTING} names; only files inside it may be uploaded "
+            f"{path}: outside the folder {setting} names; only files inside it may be uploaded "
             "by path (a relative path is read from it)"
         )
     if not real.is_file():
-        raise ToolError(f"{path}: no such file in the folder {SETTING} names")
+        raise ToolError(f"{path}: no such file in the folder {setting} names")
     return real
 
 

@@ -388,16 +388,20 @@ class Datasets:
             # that the cascade below never waits on a worker that waits on it (PostgreSQL)
             conn.execute(
                 select(ingest_jobs.c.id)
-                .where(ingest_jobs.c.dataset_id == dataset_id)
+                .where(ingest_jobs.c.dataset_id == dataset_id, ingest_jobs.c.kind != WEBHOOK_KIND)
                 .order_by(ingest_jobs.c.parent_id.is_not(None), ingest_jobs.c.id)
                 .with_for_update()
             ).all()
             self.index.delete_dataset(conn, dataset_id)
             # a job on the whole dataset (a re-embed) belongs to no document, whose delete
-            # would take it along: its worker finds it gone at its next write and stops
+            # would take it along: its worker finds it gone at its next write and stops. A
+            # webhook delivery stays: the event it carries happened (a webhook of this dataset
+            # goes with it, and its deliveries with that)
             conn.execute(
                 ingest_jobs.delete().where(
-                    ingest_jobs.c.dataset_id == dataset_id, ingest_jobs.c.document_id.is_(None)
+                    ingest_jobs.c.dataset_id == dataset_id,
+                    ingest_jobs.c.document_id.is_(None),
+                    ingest_jobs.c.kind != WEBHOOK_KIND,
                 )
             )
             conn.execute(

@@ -13,17 +13,18 @@ from dataclasses import KW_ONLY, dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, insert, select, update
 
 from knowledgeops.clock import utcnow
 from knowledgeops.db.engine import Database
 from knowledgeops.db.schema import datasets, ingest_jobs, webhook_attempts, webhook_deliveries
 from knowledgeops.db.schema import webhooks as W
 from knowledgeops.errors import Conflict, InvalidField, InvalidTransition, JobStateError, NotFound
+from knowledgeops.jobs.model import NewJob
 from knowledgeops.jobs.states import OPEN, JobStatus
 from knowledgeops.jobs.store import JobStore
 from knowledgeops.service.views import Page
-from knowledgeops.webhooks import EVENTS, guard
+from knowledgeops.webhooks import EVENTS, WEBHOOK_KIND, guard
 
 MAX_WEBHOOKS = 50  # per tenant: each job's end is looked up against them all
 SHOWN_ATTEMPTS = 5  # the latest attempts listed with a delivery
@@ -243,15 +244,36 @@ class Webhooks:
             raise NotFound("delivery not found", code="delivery_not_found")
         if row.delivered_at is not None:
             raise Conflict(f"delivered at {row.delivered_at.isoformat()}", code="already_delivered")
-        try:
-            self.store.requeue(row.job_id, now=utcnow(), extra_attempts=self.max_attempts)
-        except InvalidTransition:
-            raise Conflict(
-                "this delivery is still on its way", code="delivery_in_progress"
-            ) from None
+        if self.store.get(row.job_id) is None:  # its job is gone: a new one carries it
+            self._new_job(event_id)
+        else:
+            try:
+                self.store.requeue(row.job_id, now=utcnow(), extra_attempts=self.max_attempts)
+            except InvalidTransition:
+                raise Conflict(
+                    "this delivery is still on its way", code="delivery_in_progress"
+                ) from None
         self.notify()
         (again,) = self.deliveries(tenant, webhook_id, page=1, limit=1, event_id=event_id).items
         return again
+
+    def _new_job(self, event_id: str) -> None:
+        job_id = str(uuid.uuid4())
+        with self.db.write() as conn:
+            # the dataset of the job the event is about, where it is still there (a delivery's
+            # job is no dataset's business: it only has to name one)
+            dataset_id = conn.scalar(
+                select(ingest_jobs.c.dataset_id)
+                .join(webhook_deliveries, webhook_deliveries.c.subject_job_id == ingest_jobs.c.id)
+                .where(webhook_deliveries.c.id == event_id)
+            )
+            conn.execute(
+                update(webhook_deliveries)
+                .where(webhook_deliveries.c.id == event_id)
+                .values(job_id=job_id)
+            )
+            new = NewJob(job_id, None, dataset_id or "", 0, self.max_attempts, kind=WEBHOOK_KIND)
+            self.store.add(new, now=utcnow(), tx=conn)
 
 
 def _view(row: Any) -> WebhookView:

@@ -10,11 +10,14 @@ transient; any other answer is permanent, and so is a URL the guard refuses
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import httpx
 from sqlalchemy import insert, select, update
@@ -36,6 +39,7 @@ from knowledgeops.webhooks import guard
 log = logging.getLogger(__name__)
 
 USER_AGENT = "KnowledgeOps-Webhooks/1"
+RETRIED = frozenset({408, 429, *range(500, 600)})  # answers that say "later"
 ATTEMPT_HEADER = "Kops-Delivery-Attempt"
 
 
@@ -46,20 +50,55 @@ class Attempt:
     duration_ms: int
 
 
+class Deadline:
+    """The whole attempt's limit: httpx's timeouts bound each read, so a receiver that trickles
+    its answer a byte at a time could hold a delivery worker for ever. When the time is up the
+    attempt's socket (caught from httpcore's trace as it connects) is shut down, which ends the
+    blocked read at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._socket: socket.socket | None = None
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        if event == "connection.connect_tcp.complete":
+            stream = info.get("return_value")
+            if stream is not None:
+                self._socket = stream.get_extra_info("socket")
+
+    def __enter__(self) -> Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def _expire(self) -> None:
+        self.expired = True
+        if self._socket is not None:
+            with contextlib.suppress(OSError):
+                self._socket.shutdown(socket.SHUT_RDWR)
+
+
 @dataclass(eq=False)
 class Deliverer:
     db: Database
     clock: Clock
     allow_private: bool = False
-    timeout_s: float = 10.0
-    transport: httpx.BaseTransport | None = None  # tests: an in-process receiver
+    timeout_s: float = 10.0  # the whole attempt: connect, send, the receiver's answer
     _http: httpx.Client = field(init=False)
 
     def __post_init__(self) -> None:
         self._http = httpx.Client(
             timeout=self.timeout_s,
             follow_redirects=False,
-            transport=self.transport,
+            # a new connection per attempt (the deadline watches its socket), and none through
+            # a proxy from the environment: the connection goes to the address the guard checked
+            limits=httpx.Limits(max_keepalive_connections=0),
+            trust_env=False,
             headers={"User-Agent": USER_AGENT},
         )
 
@@ -103,26 +142,33 @@ class Deliverer:
         target: guard.Target,
     ) -> None:
         timestamp = int(self.clock().timestamp())
+        url = httpx.URL(target.url)  # its host IDNA-encoded, as the Host header and TLS need
         headers = {
-            "Host": target.host_header,
+            "Host": url.netloc.decode("ascii"),
             "Content-Type": "application/json",
             EVENT_ID_HEADER: delivery_id,
             EVENT_TYPE_HEADER: event,
             ATTEMPT_HEADER: str(ctx.lease.attempt),
             SIGNATURE_HEADER: sign(secret, body, timestamp),
         }
-        extensions = {"sni_hostname": target.host} if target.url.startswith("https:") else {}
+        deadline = Deadline(self.timeout_s)
+        extensions: dict[str, Any] = {"trace": deadline.trace}
+        if url.scheme == "https":
+            extensions["sni_hostname"] = url.raw_host.decode("ascii")
         started = time.monotonic()
         try:
-            with self._http.stream(
-                "POST", target.pinned_url, content=body, headers=headers, extensions=extensions
-            ) as response:  # the body is not read: a receiver's answer is its status
+            with (
+                deadline,
+                self._http.stream(
+                    "POST", target.pinned_url, content=body, headers=headers, extensions=extensions
+                ) as response,
+            ):  # the body is not read: a receiver's answer is its status
                 status = response.status_code
                 location = response.headers.get("Location")
-                wait = retry_after(response)
-        except httpx.TimeoutException:
-            self._fail(ctx, delivery_id, started, f"no answer within {self.timeout_s:g} s")
+                wait = retry_after(response) if status in RETRIED else None
         except httpx.TransportError as exc:
+            if deadline.expired or isinstance(exc, httpx.TimeoutException):
+                self._fail(ctx, delivery_id, started, f"no answer within {self.timeout_s:g} s")
             self._fail(ctx, delivery_id, started, f"{type(exc).__name__}: {exc or 'no detail'}")
         spent = int((time.monotonic() - started) * 1000)
         if 200 <= status < 300:
@@ -132,7 +178,7 @@ class Deliverer:
         if 300 <= status < 400:
             error += f" (a redirect to {location}; redirects are not followed: use the final URL)"
         self._record(ctx, delivery_id, Attempt(status, error, spent))
-        if status in (408, 429) or status >= 500:
+        if status in RETRIED:
             raise TransientError(error, code="webhook_unavailable", retry_after_s=wait)
         raise PermanentError(error, code="webhook_refused")
 
@@ -151,7 +197,9 @@ class Deliverer:
         *,
         delivered: datetime | None = None,
     ) -> None:
-        """The attempt, with the job's heartbeat (fenced: a cancelled delivery writes nothing)."""
+        """The attempt, with the job's heartbeat (fenced: a cancelled delivery writes nothing).
+        Written even while the worker stops: the request was sent, and what came back must not
+        be lost (a delivered event sent again, a refusal tried again)."""
 
         def write(tx: Tx) -> None:
             tx.execute(
@@ -171,4 +219,4 @@ class Deliverer:
                     .values(delivered_at=delivered)
                 )
 
-        ctx.report(work=write)
+        ctx.store.report(ctx.lease, now=self.clock(), work=write)

@@ -68,10 +68,14 @@ class WebhookEvents:
         if tenant is None:
             return
         subscribed = tx.execute(
-            select(webhooks.c.id, webhooks.c.events).where(
+            select(webhooks.c.id, webhooks.c.events)
+            .where(
                 webhooks.c.tenant_id == tenant,
                 or_(webhooks.c.dataset_id.is_(None), webhooks.c.dataset_id == job.dataset_id),
             )
+            # PostgreSQL: a webhook deleted meanwhile must not fail the deliveries' foreign key
+            # (and with it the job's end); the delete waits for this transaction instead
+            .with_for_update(read=True, key_share=True)
         ).all()
         chosen = [row.id for row in subscribed if event in row.events]
         if not chosen:

@@ -10,6 +10,8 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
 
+import httpx
+
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -35,7 +37,8 @@ class Target:
 
     @property
     def host_header(self) -> str:
-        return urlsplit(self.url).netloc
+        """The URL's host and port as the Host header carries them (IDNA-encoded)."""
+        return httpx.URL(self.url).netloc.decode("ascii")
 
 
 def parse(url: str) -> SplitResult:
@@ -58,13 +61,39 @@ def parse(url: str) -> SplitResult:
     return parts
 
 
+NAT64 = ipaddress.ip_network("64:ff9b::/96")  # an IPv4 address reached through a NAT64 gateway
+NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")  # a network's own translation prefix
+
+
 def is_public(address: str) -> bool:
-    """True for an address on the public internet (not private, loopback, link-local,
-    multicast, reserved or unspecified; an IPv4-mapped IPv6 address is judged as its IPv4)."""
+    """True for an address on the public internet: not private, loopback, link-local,
+    site-local, multicast, reserved or unspecified. An IPv6 address that carries an IPv4 one
+    (IPv4-mapped, IPv4-compatible, NAT64, 6to4, Teredo) is judged by the IPv4 address it
+    reaches."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.is_site_local or ip in NAT64_LOCAL:
+            return False
+        carried = _carried_ipv4(ip)
+        if carried is not None:
+            return all(_public(v4) for v4 in carried)
+    return _public(ip)
+
+
+def _public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     return ip.is_global and not ip.is_multicast
+
+
+def _carried_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address] | None:
+    if ip.ipv4_mapped is not None:
+        return [ip.ipv4_mapped]
+    if ip.sixtofour is not None:
+        return [ip.sixtofour]
+    if ip.teredo is not None:
+        return list(ip.teredo)
+    if ip in NAT64 or (int(ip) >> 32 == 0 and int(ip) > 1):  # NAT64; ::a.b.c.d (compatible)
+        return [ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)]
+    return None
 
 
 def resolve(url: str, *, allow_private: bool) -> Target:

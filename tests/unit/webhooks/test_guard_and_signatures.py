@@ -27,6 +27,14 @@ from knowledgeops.webhooks import guard
         ("fd00::1", False),
         ("::ffff:10.0.0.1", False),  # IPv4-mapped private
         ("::ffff:93.184.215.14", True),
+        ("64:ff9b::a9fe:a9fe", False),  # NAT64 to 169.254.169.254
+        ("64:ff9b::5db8:d70e", True),  # NAT64 to a public address
+        ("64:ff9b:1::1", False),  # a network's own NAT64 prefix
+        ("2002:a00:1::", False),  # 6to4 of 10.0.0.1
+        ("::7f00:1", False),  # IPv4-compatible 127.0.0.1
+        ("fec0::1", False),  # site-local
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", False),  # Teredo
+        ("::", False),
     ],
 )
 def test_only_public_addresses_are_public(address: str, public: bool) -> None:
@@ -45,6 +53,8 @@ def test_a_delivery_connects_to_the_checked_address_under_the_urls_name() -> Non
     target = guard.Target("https://hooks.example.com/in?a=b", "hooks.example.com", "203.0.113.9")
     assert target.pinned_url == "https://203.0.113.9/in?a=b"
     assert target.host_header == "hooks.example.com"
+    idna = guard.Target("https://bücher.example/in", "bücher.example", "203.0.113.9")
+    assert idna.host_header == "xn--bcher-kva.example"
     six = guard.Target("http://hooks.example.com:8443/x", "hooks.example.com", "2001:db8::5")
     assert six.pinned_url == "http://[2001:db8::5]:8443/x"
     assert six.host_header == "hooks.example.com:8443"
@@ -83,5 +93,7 @@ def test_a_signature_verifies_for_its_secret_and_body_only_and_not_when_old() ->
             verify_signature(secret, signed, header, now=now)
     with pytest.raises(SignatureInvalid, match="no Kops-Signature"):
         verify_signature("whsec_abc", body, {"Content-Type": "application/json"})
+    with pytest.raises(SignatureInvalid, match="does not match"):
+        verify_signature("whsec_abc", body, "t=1700000000,v1=é", now=1_700_000_000)
     with pytest.raises(SignatureInvalid, match="no timestamp"):
         verify_signature("whsec_abc", body, "v1=deadbeef")
