@@ -323,6 +323,7 @@ class WebhookCreate(Camel):
     url: str = Field(
         min_length=8,
         max_length=2000,
+        pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://",
         description="Where each event is POSTed (http or https). An address on a private, "
         "loopback or link-local network is refused unless KOPS_WEBHOOK_ALLOW_PRIVATE is set.",
     )

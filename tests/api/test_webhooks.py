@@ -83,7 +83,7 @@ def test_a_webhook_is_made_read_listed_and_deleted_and_its_secret_shown_once(
 @pytest.mark.parametrize(
     ("url", "code"),
     [
-        ("ftp://example.com/hook", "webhook_url_refused"),
+        ("ftp://example.com/hook", "validation_error"),  # the schema says http(s)
         ("http://user:pw@example.com/hook", "webhook_url_refused"),
         ("http://127.0.0.1:9/hook", "webhook_url_refused"),  # loopback
         ("http://10.1.2.3/hook", "webhook_url_refused"),  # private

@@ -23,7 +23,9 @@ CHROMIUM = Path(os.environ.get("KOPS_CHROMIUM", "/usr/lib/chromium/chromium"))
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
-@pytest.fixture(scope="session")
+# the package only: Playwright's sync API runs an event loop on this thread while it lives,
+# and later tests run their own (asyncio.run)
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
     if not CHROMIUM.exists():
         unavailable(f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)")

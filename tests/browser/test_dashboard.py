@@ -253,7 +253,7 @@ def test_a_dataset_is_created_edited_and_deleted_with_confirmation(live: Any, pa
     page.get_by_role("button", name="Save").click()
     assert page.get_by_role("status").inner_text() == "Saved."
     made = [d for d in server.client().iter_datasets() if d.name == "Handbooks"]
-    assert (made[0]["chunkSize"], made[0]["chunkOverlap"]) == (200, 12)
+    assert (made[0].chunk_size, made[0].chunk_overlap) == (200, 12)
     page.get_by_label("Chunk overlap (tokens)").fill("150")  # more than half the size
     page.get_by_role("button", name="Save").click()
     assert "overlap" in page.locator("main [role=alert]").first.inner_text().lower()
