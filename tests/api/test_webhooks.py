@@ -92,6 +92,7 @@ def test_a_webhook_is_made_read_listed_and_deleted_and_its_secret_shown_once(
         ("http://[::ffff:127.0.0.1]/hook", "webhook_url_refused"),  # IPv4-mapped loopback
         ("http://localhost/hook", "webhook_url_refused"),
         ("http://no-such-host.invalid/hook", "webhook_url_unresolved"),
+        ("HTTP://\u0080", "webhook_url_refused"),  # no valid host name (was a 500)
     ],
 )
 def test_a_url_that_may_not_be_called_is_refused_with_the_reason(

@@ -58,6 +58,11 @@ def parse(url: str) -> SplitResult:
         raise UrlRefused("a webhook URL may not use port 0")
     if parts.fragment:
         raise UrlRefused("a webhook URL may not have a #fragment")
+    try:  # as a delivery will send it: the host IDNA-encoded
+        httpx.URL(url.strip())
+        parts.hostname.encode("idna")
+    except (httpx.InvalidURL, UnicodeError, ValueError):
+        raise UrlRefused(f"{parts.hostname!r} is not a valid host name") from None
     return parts
 
 
@@ -104,7 +109,10 @@ def resolve(url: str, *, allow_private: bool) -> Target:
     host = parts.hostname
     assert host is not None
     port = parts.port or DEFAULT_PORTS[parts.scheme]
-    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (UnicodeError, ValueError):  # a name no resolver takes (parse() lets few through)
+        raise UrlRefused(f"{host!r} is not a valid host name") from None
     addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
     if not addresses:
         raise OSError(f"{host} has no address")

@@ -70,6 +70,8 @@ def test_a_delivery_connects_to_the_checked_address_under_the_urls_name() -> Non
         ("https://hooks.example.com:0/", "port 0"),
         ("https://hooks.example.com:99999/", "not a valid URL"),
         ("https://hooks.example.com/#frag", "fragment"),
+        ("HTTP://\u0080", "not a valid host name"),  # found by schemathesis: was a 500
+        ("https://a..b/", "not a valid host name"),
     ],
 )
 def test_urls_a_webhook_cannot_use_are_refused_with_the_reason(url: str, reason: str) -> None:
