@@ -16,7 +16,7 @@ from knowledgeops.ingest.index.base import ChunkIndex, IndexedChunk, chunk_id, t
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.memory import MemoryIndex
 from knowledgeops.ingest.index.pgvector import PgVectorIndex, PgVectorMissing
-from knowledgeops.ingest.index.sqlite import SqliteIndex
+from knowledgeops.ingest.index.sqlite import SqliteIndex, dataset_key
 from knowledgeops.lab.embedders import HashingEmbedder
 from tests.fixtures.rows import insert_dataset, insert_document
 
@@ -24,9 +24,10 @@ EMBED = HashingEmbedder(dimension=64)
 
 
 class Harness:
-    def __init__(self, index: ChunkIndex, db: Database | None) -> None:
+    def __init__(self, index: ChunkIndex, db: Database | None, graphs: bool = False) -> None:
         self.index = index
         self.db = db
+        self.graphs = graphs  # SQLite through its HNSW graphs, caught up before each search
 
     @contextmanager
     def tx(self) -> Iterator[Any]:
@@ -94,6 +95,10 @@ class Harness:
         k: int = 10,
         where: SearchFilter | None = None,
     ) -> list[str]:
+        if self.graphs:
+            assert isinstance(self.index, SqliteIndex)
+            self.index.graphs.want(dataset_key(dataset_id))
+            assert self.index.graphs.caught_up()
         if mode == "vector":
             hits = self.index.search_vector(dataset_id, EMBED.vector(query), k, where)
         else:
@@ -101,19 +106,32 @@ class Harness:
         return [hit.text for hit in hits]
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("pgvector", marks=pytest.mark.postgres)])
-def harness(request: pytest.FixtureRequest) -> Harness:
+@pytest.fixture(
+    params=[
+        "memory",
+        "sqlite",
+        "sqlite-graphs",
+        pytest.param("pgvector", marks=pytest.mark.postgres),
+    ]
+)
+def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
     if request.param == "memory":
-        return Harness(MemoryIndex(), None)
+        yield Harness(MemoryIndex(), None)
+        return
     index: SqliteIndex | PgVectorIndex
-    if request.param == "sqlite":
+    if request.param.startswith("sqlite"):
         db: Database = request.getfixturevalue("sqlite_db")
-        index = SqliteIndex(db, EMBED.dimension)
-    else:
-        db = request.getfixturevalue("pgvector_db")
-        index = PgVectorIndex(db, EMBED.dimension)
+        # every dataset through a graph, however small
+        graphs = request.param == "sqlite-graphs"
+        index = SqliteIndex(db, EMBED.dimension, graph_min_chunks=1 if graphs else 10**9)
+        index.ensure()
+        yield Harness(index, db, graphs=graphs)
+        index.close()
+        return
+    db = request.getfixturevalue("pgvector_db")
+    index = PgVectorIndex(db, EMBED.dimension)
     index.ensure()
-    return Harness(index, db)
+    yield Harness(index, db)
 
 
 DOC = [

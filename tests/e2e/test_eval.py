@@ -59,15 +59,32 @@ def test_eval_measures_every_mode_and_fails_below_a_threshold(tmp_path: Path) ->
     assert "debian-faq-zh-cn (" in result.output  # the printed table
 
 
-def test_bench_search_measures_latency_at_a_given_number_of_chunks(tmp_path: Path) -> None:
+def test_bench_search_measures_both_topologies_at_a_given_number_of_chunks(
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "search.json"
     result = run_kops(
-        "bench", "search", "--chunks", "300", "--collections", str(EVAL), "--out", str(out),
-        timeout=300,
+        "bench", "search", "--chunks", "6000", "--questions", "20", "--collections", str(EVAL),
+        "--out", str(out), timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.output
-    figures = json.loads(out.read_text())
-    assert (figures["chunks"], figures["questions"]) == (300, 120)
-    assert set(figures["latency_ms"]) == {"vector", "keyword", "hybrid"}
-    for latency in figures["latency_ms"].values():
-        assert 0 < latency["p50"] <= latency["p95"] <= latency["p99"]
+    figures = {f["topology"]: f for f in json.loads(out.read_text())}
+    assert set(figures) == {"embedded", "scale-out"}
+    for f in figures.values():
+        assert (f["chunks"], f["questions"]) == (6000, 20)
+        assert f["write_s"] > 0
+        assert f["disk_mb"] > 0
+        assert set(f["latency_ms"]) == {
+            f"{dataset}{filtered} {mode}"
+            for dataset in ("large", "small")
+            for filtered in ("", " filtered")
+            for mode in ("vector", "keyword", "hybrid")
+        }
+        for latency in f["latency_ms"].values():
+            assert 0 < latency["p50"] <= latency["p95"]
+        assert set(f["recall_at_10"]) == {"large", "large filtered", "small", "small filtered"}
+        assert min(f["recall_at_10"].values()) >= 0.9
+    embedded = figures["embedded"]
+    assert embedded["index_memory_mb"] > 0  # the large dataset went through its graph
+    assert embedded["settings"]["ef_sweep"]
+    assert "kops bench search" in result.output  # the printed table

@@ -260,22 +260,34 @@ def bench_live(
 
 @bench_app.command("search")
 def bench_search(
-    chunks: Annotated[int, typer.Option(min=100, help="Chunks in the searched dataset.")] = 10_000,
-    top_k: Annotated[int, typer.Option(min=1, max=100, help="Results per search.")] = 5,
+    chunks: Annotated[
+        int, typer.Option(min=100, help="Chunks written into the index (two datasets share it).")
+    ] = 100_000,
+    topology: Annotated[
+        list[str] | None,
+        typer.Option(help="embedded (SQLite) or scale-out (PostgreSQL); both if not given."),
+    ] = None,
+    questions: Annotated[int, typer.Option(min=1, help="Questions asked per mode.")] = 200,
     collections: Annotated[
         Path | None, typer.Option(help="The eval/ folder (its Debian FAQ gives text and queries).")
     ] = None,
     out: OutOption = None,
 ) -> None:
-    """Search latency of `kops serve` over HTTP at CHUNKS chunks, per mode (real model)."""
+    """Search at CHUNKS chunks, per topology: p50/p95 of vector, keyword and hybrid search with
+    and without a filter, recall@10 against exact, build time, disk and memory."""
+    search = lab("bench.search")
+    chosen = topology or list(search.TOPOLOGIES)
+    unknown = sorted(set(chosen) - set(search.TOPOLOGIES))
+    if unknown:
+        raise fail(f"unknown topology {', '.join(unknown)}: choose embedded or scale-out")
     root = collections or lab("eval.collections").find_root()
     if root is None:
         raise fail("no eval/ folder found: run this in the checkout, or give --collections")
-    figures = lab("bench.search").run_search_bench(root, chunks=chunks, top_k=top_k)
-    console.print_json(json.dumps(asdict(figures)))
+    figures = search.run_search_bench(root, chunks=chunks, topologies=chosen, questions=questions)
+    console.print(search.render(figures))
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(asdict(figures), indent=2))
+        out.write_text(json.dumps([asdict(f) for f in figures], indent=2))
 
 
 @bench_app.command("embedded")

@@ -117,6 +117,7 @@ class EmbeddedRole(DataRole):
         self.models.close()
         self.relay.stop()
         self.heartbeat.stop()
+        self.index.close()  # snapshots the vector graphs: the next start loads them
         self.db.dispose()
         self.lock.release()
 

@@ -78,6 +78,11 @@ class ChunkIndex(Protocol):
         starts only then). Raises IndexUnavailable with what to do."""
         ...
 
+    def close(self) -> None:
+        """Release what the index keeps in this process (the embedded one snapshots its
+        graphs); the process stops using it."""
+        ...
+
     def upsert(self, tx: Tx, chunks: Sequence[IndexedChunk]) -> None:
         """Insert or overwrite chunks by id (a retried batch replaces its own rows)."""
         ...

@@ -52,6 +52,9 @@ class MemoryIndex:
     def verify(self) -> None:
         """Nothing to check: the dictionaries are the index."""
 
+    def close(self) -> None:
+        """Nothing to release: the chunks live as long as the object."""
+
     def upsert(self, tx: Tx | None, chunks: Sequence[IndexedChunk]) -> None:
         with self._lock:
             for chunk in chunks:

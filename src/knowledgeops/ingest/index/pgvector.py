@@ -17,6 +17,7 @@ smaller than it is.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,8 +34,14 @@ from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
 from knowledgeops.ingest.index.filters import SearchFilter, postgres_where
 from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, query_terms
 
-HNSW_MIN_EF_SEARCH = 40  # pgvector's default
+# chosen by measurement (docs/performance.md: Vector search at a million chunks)
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 64
+HNSW_EF_SEARCH = 100  # for a dataset that is the whole table; more for a smaller share
 HNSW_MAX_EF_SEARCH = 1000  # pgvector's limit
+EXACT_SHARE = 0.1  # a dataset under this share of the table is searched exactly (its btree)
+EXACT_MAX_ROWS = 20_000  # … or under this many chunks, whatever its share
+TABLE_ROWS_TTL_S = 60.0  # how long the table's row estimate is reused
 TS_CONFIG = "simple"  # no stemming, no stopword list: the same words in every language
 REBUILD_BATCH = 2000  # chunks re-tokenized per statement when the terms change
 
@@ -44,13 +51,17 @@ class PgVectorMissing(IndexUnavailable):
 
 
 class PgVectorIndex:
-    def __init__(self, db: Database, dimension: int) -> None:
+    def __init__(
+        self, db: Database, dimension: int, *, exact_max_rows: int = EXACT_MAX_ROWS
+    ) -> None:
         if db.dialect != "postgresql":
             raise ValueError("PgVectorIndex needs a PostgreSQL database")
         self.db = db
         self.dimension = dimension
         self.table = f"chunk_vectors_{dimension}"
         self.words = f"words_v{TERMS_VERSION}"
+        self._table_rows: tuple[float, float] = (0.0, -1.0)  # (estimate, when)
+        self.exact_max_rows = exact_max_rows
 
     def ensure(self) -> None:
         """Create the extension, the table and its indexes if missing (idempotent; `kops migrate`
@@ -78,10 +89,7 @@ class PgVectorIndex:
                 f"{self.words} tsvector NOT NULL)"
             )
             self._upgrade_words(conn)
-            conn.exec_driver_sql(
-                f"CREATE INDEX IF NOT EXISTS ix_{self.table}_hnsw ON {self.table} "
-                "USING hnsw (embedding vector_cosine_ops)"
-            )
+            conn.exec_driver_sql(self.hnsw_ddl())
             conn.exec_driver_sql(
                 f"CREATE INDEX IF NOT EXISTS ix_{self.table}_{self.words} ON {self.table} "
                 f"USING gin ({self.words})"
@@ -90,6 +98,13 @@ class PgVectorIndex:
                 f"CREATE INDEX IF NOT EXISTS ix_{self.table}_dataset ON {self.table} "
                 "(dataset_id, active)"
             )
+
+    def hnsw_ddl(self) -> str:
+        return (
+            f"CREATE INDEX IF NOT EXISTS ix_{self.table}_hnsw ON {self.table} "
+            f"USING hnsw (embedding vector_cosine_ops) WITH (m = {HNSW_M}, "
+            f"ef_construction = {HNSW_EF_CONSTRUCTION})"
+        )
 
     def _words_columns(self, conn: Tx) -> set[str]:
         rows = conn.exec_driver_sql(
@@ -160,6 +175,9 @@ class PgVectorIndex:
         except DBAPIError:
             return None
         return None if row is None else str(row[0])
+
+    def close(self) -> None:
+        """Nothing is kept in the process: the database holds the graph."""
 
     # --- writes ---------------------------------------------------------------------------------
     def upsert(self, tx: Tx, rows: Sequence[IndexedChunk]) -> None:
@@ -252,24 +270,107 @@ class PgVectorIndex:
         k: int,
         where: SearchFilter | None = None,
     ) -> list[Hit]:
+        with self.db.read() as conn:
+            ef_search = self.ef_search(conn, dataset_id, k, where)
+            if ef_search is not None:
+                query, params = self._vector_query(dataset_id, vector, k, where, walk=True)
+                conn.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {ef_search}")
+                rows = conn.execute(text(query), params).all()
+            if ef_search is None or len(rows) < k:
+                # a small share of the table, or the walk found fewer than k of the dataset's
+                # rows: exact, the dataset's rows found through its btree
+                query, params = self._vector_query(dataset_id, vector, k, where, walk=False)
+                conn.exec_driver_sql("SET LOCAL enable_indexscan = off")
+                rows = conn.execute(text(query), params).all()
+        hits = [_hit(row) for row in rows]
+        return sorted(hits, key=lambda hit: -hit.score)  # stable: ties keep the seq order
+
+    def explain_vector(
+        self,
+        dataset_id: str,
+        vector: npt.NDArray[np.float32],
+        k: int,
+        where: SearchFilter | None = None,
+    ) -> str:
+        """The planner's plan for the first query `search_vector` runs (tests, diagnosis)."""
+        with self.db.read() as conn:
+            ef_search = self.ef_search(conn, dataset_id, k, where)
+            query, params = self._vector_query(
+                dataset_id, vector, k, where, walk=ef_search is not None
+            )
+            if ef_search is None:
+                conn.exec_driver_sql("SET LOCAL enable_indexscan = off")
+            else:
+                conn.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {ef_search}")
+            rows = conn.execute(text("EXPLAIN " + query), params).all()
+        return "\n".join(row[0] for row in rows)
+
+    def _vector_query(
+        self,
+        dataset_id: str,
+        vector: npt.NDArray[np.float32],
+        k: int,
+        where: SearchFilter | None,
+        *,
+        walk: bool,
+    ) -> tuple[str, dict[str, Any]]:
+        """The vector query; for the HNSW walk ordered by the distance alone (an index scan can
+        give no other order: a second sort key, even the seq, makes the planner sort the
+        whole dataset instead)."""
         params: dict[str, Any] = {"q": _literal(vector), "dataset": dataset_id, "k": k}
         conditions = postgres_where(where, params)
         documents_join = "JOIN documents d ON d.id = c.document_id " if conditions else ""
-        query = text(
+        query = (
             "SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, c.section, "
             f"1 - (v.embedding <=> CAST(:q AS vector)) AS score FROM {self.table} v "
             f"JOIN chunks c ON c.seq = v.seq {documents_join}"
             f"WHERE v.dataset_id = :dataset AND v.active{conditions} "
-            "ORDER BY v.embedding <=> CAST(:q AS vector), v.seq LIMIT :k"
+            "ORDER BY v.embedding <=> CAST(:q AS vector)"
+            + ("" if walk else ", v.seq")
+            + " LIMIT :k"
         )
-        ef_search = min(max(HNSW_MIN_EF_SEARCH, 2 * k), HNSW_MAX_EF_SEARCH)
-        with self.db.read() as conn:
-            conn.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {ef_search}")
-            rows = conn.execute(query, params).all()
-            if len(rows) < k:  # the graph walk may miss a small dataset's rows: be exact
-                conn.exec_driver_sql("SET LOCAL enable_indexscan = off")
-                rows = conn.execute(query, params).all()
-        return [_hit(row) for row in rows]
+        return query, params
+
+    def ef_search(
+        self, conn: Tx, dataset_id: str, k: int, where: SearchFilter | None
+    ) -> int | None:
+        """The HNSW walk's breadth for a search of `dataset_id`, or None for an exact search.
+
+        The graph is shared by every dataset and pgvector (0.6) filters after the walk: of
+        `ef_search` rows it finds, about the dataset's share (and the filter's) pass. So the
+        breadth grows as the share shrinks, and a share so small that the walk would need
+        more than pgvector allows (or a dataset small enough to scan) is searched exactly."""
+        params: dict[str, Any] = {"dataset": dataset_id}
+        conditions = postgres_where(where, params)
+        admitted = conn.execute(
+            text(
+                "SELECT coalesce(sum(d.chunk_count), 0) FROM documents d "
+                f"WHERE d.dataset_id = :dataset AND d.active_generation IS NOT NULL{conditions}"
+            ),
+            params,
+        ).scalar_one()
+        table = self._estimated_rows(conn)
+        if admitted < self.exact_max_rows or table <= 0:
+            return None
+        share = min(1.0, float(admitted) / table)
+        if share < EXACT_SHARE:
+            return None
+        wanted = max(HNSW_EF_SEARCH, 2 * k) / share
+        return int(min(HNSW_MAX_EF_SEARCH, wanted))
+
+    def _estimated_rows(self, conn: Tx) -> float:
+        """The vector table's rows as the planner's statistics estimate them (cheap; refreshed
+        by autovacuum), reused for TABLE_ROWS_TTL_S."""
+        estimate, when = self._table_rows
+        now = time.monotonic()
+        if when >= 0 and now - when < TABLE_ROWS_TTL_S:
+            return estimate
+        found = conn.exec_driver_sql(
+            "SELECT reltuples FROM pg_class WHERE oid = to_regclass(%(t)s)", {"t": self.table}
+        ).scalar()
+        estimate = float(found) if found is not None and float(found) > 0 else 0.0
+        self._table_rows = (estimate, now)
+        return estimate
 
     def search_keyword(
         self, dataset_id: str, query: str, k: int, where: SearchFilter | None = None

@@ -7,6 +7,11 @@ and comparing a UUID there doubled the time of a 10,000-vector search) and `acti
 columns, so a KNN query is filtered inside sqlite-vec (exact, not afterwards); the join with the
 chunk checks the dataset id itself. A start that finds the older table keyed by the dataset's id
 (`chunk_vectors_<dim>`) moves its vectors over and drops it, in one transaction.
+Datasets of `GRAPH_MIN_CHUNKS` chunks or more are searched through an HNSW graph kept beside the
+database (graphs.py), every candidate scored exactly here against what is active; smaller ones,
+and searches whose filter admits few chunks, are exact over the dataset's own rows (their cost
+grows with the dataset, not with the table). The changes a graph follows are logged by the
+writes below, in their own transactions.
 The keyword table's name carries the version of the terms it holds (terms.py): a start that finds
 an older one fills the new one from the chunks' text and drops the old, in one transaction.
 """
@@ -14,18 +19,22 @@ an older one fills the new one from the chunks' text and drops the old, in one t
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 from sqlalchemy import Connection, text, update
+from sqlalchemy.engine import make_url
 
 from knowledgeops.db.engine import Database, Tx
 from knowledgeops.db.schema import documents
 from knowledgeops.errors import IndexUnavailable
 from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
 from knowledgeops.ingest.index.filters import SearchFilter, sqlite_where
+from knowledgeops.ingest.index.graphs import RESET, Graphs, candidates_for, create_tables
 from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, query_terms
 
 SQLITE_MAX_VARS = 500  # ids per IN (...) list
@@ -37,10 +46,13 @@ REBUILD_BATCH = 2000  # rows re-written per statement when the terms or the vect
 KEYWORD_HEADROOM = 4  # the FTS table's best k · this are joined first (search_keyword)
 KEYWORD_MIN_HEAD = 100
 KEYWORD_MAX_HEAD = 4000
+GRAPH_MIN_CHUNKS = 5000  # a dataset's active chunks from which its search goes through a graph
 
 
 class SqliteIndex:
-    def __init__(self, db: Database, dimension: int) -> None:
+    def __init__(
+        self, db: Database, dimension: int, *, graph_min_chunks: int = GRAPH_MIN_CHUNKS
+    ) -> None:
         if not db.is_sqlite:
             raise ValueError("SqliteIndex needs a SQLite database")
         self.db = db
@@ -48,6 +60,13 @@ class SqliteIndex:
         self.vec = f"chunk_vectors_{dimension}_{VEC_VERSION}"
         self.legacy_vec = f"chunk_vectors_{dimension}"  # keyed by the dataset's id as text
         self.fts = f"{FTS_PREFIX}_v{TERMS_VERSION}"
+        self.graph_min_chunks = graph_min_chunks
+        self.graphs = Graphs(db, self.vec, dimension, graph_folder(db))
+        self.log = self.graphs.log
+
+    def close(self) -> None:
+        """Stop keeping the graphs (they are snapshotted, so the next start loads them)."""
+        self.graphs.close()
 
     def ensure(self) -> None:
         """Create the virtual tables if they are missing (idempotent; runs at start-up)."""
@@ -57,6 +76,7 @@ class SqliteIndex:
                 f"embedding float[{self.dimension}] distance_metric=cosine, "
                 "dataset_key integer, active integer)"
             )
+            create_tables(conn, self.vec)
             self._move_legacy_vectors(conn)
             older = [
                 row[0]
@@ -121,10 +141,11 @@ class SqliteIndex:
             found = {
                 row[0]
                 for row in conn.exec_driver_sql(
-                    "SELECT name FROM sqlite_master WHERE name IN (?, ?)", (self.vec, self.fts)
+                    "SELECT name FROM sqlite_master WHERE name IN (?, ?, ?, ?)",
+                    (self.vec, self.fts, self.log, self.graphs.snapshots),
                 )
             }
-        missing = sorted({self.vec, self.fts} - found)
+        missing = sorted({self.vec, self.fts, self.log, self.graphs.snapshots} - found)
         if missing:
             raise IndexUnavailable(
                 f"the index tables {', '.join(missing)} do not exist: run `kops migrate`"
@@ -137,7 +158,10 @@ class SqliteIndex:
             return
         ids = [chunk.id for chunk in chunks]
         # a retry overwrites its own rows: their vector and keyword rows go first
-        self._drop_index_rows(tx, list(self._seqs(tx, ids).values()))
+        stored = list(self._seqs(tx, ids).values())
+        if stored:
+            self._log_active_removed(tx, stored, dataset_key(chunks[0].dataset_id))
+        self._drop_index_rows(tx, stored)
         tx.execute(
             text(
                 "INSERT INTO chunks (id, document_id, dataset_id, generation, ordinal, text, "
@@ -174,11 +198,18 @@ class SqliteIndex:
 
     def activate(self, tx: Tx, document_id: str, generation: int) -> int:
         live = self._rowids(tx, "document_id = ? AND generation = ?", (document_id, generation))
+        dataset = tx.exec_driver_sql(
+            "SELECT dataset_id FROM documents WHERE id = ?", (document_id,)
+        ).scalar()
+        key = dataset_key(str(dataset))
+        older = self._rowids(tx, "document_id = ? AND generation != ?", (document_id, generation))
+        self._log(tx, key, older, added=False)
         for part in _parts(live):
             marks = ",".join("?" * len(part))
             tx.exec_driver_sql(
                 f"UPDATE {self.vec} SET active = 1 WHERE rowid IN ({marks})", tuple(part)
             )
+        self._log(tx, key, live, added=True)
         self._delete(tx, "document_id = ? AND generation != ?", (document_id, generation))
         tx.execute(
             update(documents)
@@ -200,10 +231,33 @@ class SqliteIndex:
         )
 
     def delete_document(self, tx: Tx, document_id: str) -> None:
+        rows = tx.exec_driver_sql(
+            "SELECT seq, dataset_id FROM chunks WHERE document_id = ?", (document_id,)
+        ).all()
+        if rows:
+            self._log(tx, dataset_key(rows[0][1]), [row[0] for row in rows], added=False)
         self._delete(tx, "document_id = ?", (document_id,))
 
     def delete_dataset(self, tx: Tx, dataset_id: str) -> None:
+        self._log(tx, dataset_key(dataset_id), [RESET], added=False)
         self._delete(tx, "dataset_id = ?", (dataset_id,))
+
+    def _log(self, tx: Connection, key: int, seqs: Sequence[int], *, added: bool) -> None:
+        """What the dataset's graph must follow (graphs.py), in the change's transaction."""
+        if seqs:
+            tx.exec_driver_sql(
+                f"INSERT INTO {self.log} (dataset_key, seq, added) VALUES (?, ?, ?)",
+                [(key, seq, int(added)) for seq in seqs],
+            )
+
+    def _log_active_removed(self, tx: Connection, seqs: Sequence[int], key: int) -> None:
+        for part in _parts(seqs):
+            marks = ",".join("?" * len(part))
+            active = tx.exec_driver_sql(
+                f"SELECT rowid FROM {self.vec} WHERE rowid IN ({marks}) AND active = 1",
+                tuple(part),
+            ).all()
+            self._log(tx, key, [row[0] for row in active], added=False)
 
     def _rowids(self, conn: Connection, where: str, params: tuple[Any, ...]) -> list[int]:
         rows = conn.exec_driver_sql(f"SELECT seq FROM chunks WHERE {where}", params).all()
@@ -230,37 +284,102 @@ class SqliteIndex:
         k: int,
         where: SearchFilter | None = None,
     ) -> list[Hit]:
-        if where is not None and not where.empty:
-            return self._search_vector_filtered(dataset_id, vector, k, where)
+        """Through the dataset's graph when it is large (candidates scored exactly against
+        what is active now), else exact over the dataset's rows; exact also when the graph is
+        not there yet or answers fewer than it must."""
+        filtered = where is not None and not where.empty
         with self.db.read() as conn:
-            rows = conn.exec_driver_sql(
-                f"SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "
-                f"c.section, 1.0 - v.distance FROM (SELECT rowid, distance FROM {self.vec} "
-                "WHERE embedding MATCH ? AND k = ? AND dataset_key = ? AND active = 1) v "
-                "JOIN chunks c ON c.seq = v.rowid WHERE c.dataset_id = ? "
-                "ORDER BY v.distance, c.seq",
-                (_blob(vector), min(k, VEC_MAX_K), dataset_key(dataset_id), dataset_id),
-            ).all()
+            admitted = self._active_chunks(conn, dataset_id, where)
+            if admitted == 0:
+                return []
+            total = self._active_chunks(conn, dataset_id, None) if filtered else admitted
+            if total >= self.graph_min_chunks and admitted >= self.graph_min_chunks:
+                want = candidates_for(k, admitted / total)
+                key = dataset_key(dataset_id)
+                seqs = self.graphs.nearest(conn, key, vector, want)
+                if seqs is not None:
+                    hits = self._scored(conn, dataset_id, vector, seqs, where, k)
+                    if len(hits) >= min(k, admitted):
+                        return hits
+                if not filtered:  # the graph is being built: sqlite-vec's scan is the fastest
+                    return self._scan(conn, dataset_id, vector, k)
+            return self._exact(conn, dataset_id, vector, k, where)
+
+    def _active_chunks(self, conn: Connection, dataset_id: str, where: SearchFilter | None) -> int:
+        """How many searchable chunks the dataset's documents (those `where` admits) hold."""
+        params: list[Any] = [dataset_id]
+        conditions = sqlite_where(where, params)
+        found = conn.exec_driver_sql(
+            "SELECT coalesce(sum(d.chunk_count), 0) FROM documents d WHERE d.dataset_id = ? "
+            f"AND d.active_generation IS NOT NULL{conditions}",
+            tuple(params),
+        ).scalar()
+        return int(found or 0)
+
+    def _scored(
+        self,
+        conn: Connection,
+        dataset_id: str,
+        vector: npt.NDArray[np.float32],
+        seqs: Sequence[int],
+        where: SearchFilter | None,
+        k: int,
+    ) -> list[Hit]:
+        """The best k of the candidate chunks `seqs` that are active now in the dataset and
+        pass `where`, by exact cosine."""
+        if not seqs:
+            return []
+        params: list[Any] = [_blob(vector), json.dumps(list(seqs)), dataset_id]
+        conditions = sqlite_where(where, params)
+        params.append(k)
+        rows = conn.exec_driver_sql(
+            "SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "
+            "c.section, 1.0 - vec_distance_cosine(v.embedding, ?) AS score "
+            "FROM chunks c JOIN documents d ON d.id = c.document_id "
+            "AND d.active_generation = c.generation "
+            f"JOIN {self.vec} v ON v.rowid = c.seq "
+            "WHERE c.seq IN (SELECT value FROM json_each(?)) AND c.dataset_id = ?"
+            f"{conditions} ORDER BY score DESC, c.seq LIMIT ?",
+            tuple(params),
+        ).all()
         return [Hit(*row) for row in rows]
 
-    def _search_vector_filtered(
-        self, dataset_id: str, vector: npt.NDArray[np.float32], k: int, where: SearchFilter
+    def _scan(
+        self, conn: Connection, dataset_id: str, vector: npt.NDArray[np.float32], k: int
     ) -> list[Hit]:
-        """Exact cosine over the chunks of the documents the filter admits (sqlite-vec's KNN
-        cannot filter on documents; it is a scan too, so this costs what it would)."""
+        """sqlite-vec's exact KNN (a scan of the whole vector table, filtered inside it)."""
+        rows = conn.exec_driver_sql(
+            f"SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "
+            f"c.section, 1.0 - v.distance FROM (SELECT rowid, distance FROM {self.vec} "
+            "WHERE embedding MATCH ? AND k = ? AND dataset_key = ? AND active = 1) v "
+            "JOIN chunks c ON c.seq = v.rowid WHERE c.dataset_id = ? "
+            "ORDER BY v.distance, c.seq",
+            (_blob(vector), min(k, VEC_MAX_K), dataset_key(dataset_id), dataset_id),
+        ).all()
+        return [Hit(*row) for row in rows]
+
+    def _exact(
+        self,
+        conn: Connection,
+        dataset_id: str,
+        vector: npt.NDArray[np.float32],
+        k: int,
+        where: SearchFilter | None,
+    ) -> list[Hit]:
+        """Exact cosine over the chunks of the dataset's documents that `where` admits (found
+        through the documents and chunks indexes: the cost grows with what is admitted)."""
         params: list[Any] = [_blob(vector), dataset_id]
         conditions = sqlite_where(where, params)
         params.append(k)
-        with self.db.read() as conn:
-            rows = conn.exec_driver_sql(
-                "SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "
-                "c.section, 1.0 - vec_distance_cosine(v.embedding, ?) AS score "
-                "FROM documents d JOIN chunks c ON c.document_id = d.id "
-                "AND c.generation = d.active_generation "
-                f"JOIN {self.vec} v ON v.rowid = c.seq WHERE d.dataset_id = ?{conditions} "
-                "ORDER BY score DESC, c.seq LIMIT ?",
-                tuple(params),
-            ).all()
+        rows = conn.exec_driver_sql(
+            "SELECT c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "
+            "c.section, 1.0 - vec_distance_cosine(v.embedding, ?) AS score "
+            "FROM documents d JOIN chunks c ON c.document_id = d.id "
+            "AND c.generation = d.active_generation "
+            f"JOIN {self.vec} v ON v.rowid = c.seq WHERE d.dataset_id = ?{conditions} "
+            "ORDER BY score DESC, c.seq LIMIT ?",
+            tuple(params),
+        ).all()
         return [Hit(*row) for row in rows]
 
     def search_keyword(
@@ -324,6 +443,15 @@ class SqliteIndex:
             for row in found
         ]
         return hits, len(head)
+
+
+def graph_folder(db: Database) -> Path | None:
+    """Where the graphs' snapshots live: `<database file>.graphs/` (none for a database in
+    memory)."""
+    name = make_url(db.url).database
+    if not name or name == ":memory:" or name.startswith("file::memory:"):
+        return None
+    return Path(name).with_name(Path(name).name + ".graphs")
 
 
 def dataset_key(dataset_id: str) -> int:

@@ -1,149 +1,457 @@
-"""`kops bench search`: search latency of the embedded default at a given number of chunks.
+"""`kops bench search --chunks N`: what searching a knowledge base of N chunks costs, in both
+topologies, and how near the approximate vector search comes to exact.
 
-Ingesting 10,000 chunks with the real model would take a quarter of an hour on 2 cores and
-measure ingestion, not search; so a fresh `kops serve` is started with the real model, and its
-dataset is filled directly through the service's own index (`SqliteIndex.upsert` and
-`activate`, the calls a job makes) with chunks of real text (the Debian FAQ's English pages, cut
-into passages and shuffled into new ones) and unit vectors of the model's dimension. Then every
-FAQ question is asked over HTTP in each mode, the query embedded by the real model, and the
-client's latency is reported (p50, p95, p99): what a caller of the search API waits.
+The subject is the index, so the chunks are real text (passages.py: pieces of the Debian FAQ in
+its seven languages) embedded by the cheap deterministic `HashingEmbedder`, written through the
+index's own calls (`upsert` and `activate`, what a job does) into a fresh database: a SQLite file
+(the embedded default) or a local PostgreSQL 16 with pgvector (the scale-out one, from
+`pgserver`). Two datasets share the index, 90% and 10% of the chunks; every search is scoped to
+one of them (as every API search is), and half of the documents carry `shelf: 0` for the
+filtered runs. The questions are the FAQ's own, in every language.
+
+Reported per topology: the time to write the chunks and to build the approximate index (the
+embedded graphs, pgvector's HNSW), disk, the memory the index holds, p50/p95 of vector, keyword
+and hybrid search (hybrid as the search service runs it: words and vectors at once, fused by
+score) for both datasets with and without the filter, and recall@10 of vector search against
+exact cosine over the same chunks (numpy; a hit counts when its exact score reaches the tenth
+best's, so ties do not count as misses). Latency is the index's own, in process: the query
+embedding and HTTP are left out (they do not grow with the corpus).
 """
 
 from __future__ import annotations
 
-import random
+import os
+import shutil
+import tempfile
 import time
 import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from sqlalchemy import insert
+import numpy.typing as npt
+import psycopg
+from rich.table import Table
+from sqlalchemy import insert, text
 
 from knowledgeops.db.engine import Database
-from knowledgeops.db.schema import documents
-from knowledgeops.ingest.index.base import IndexedChunk, chunk_id, text_hash
-from knowledgeops.ingest.index.sqlite import SqliteIndex
-from knowledgeops.lab.bench.endtoend import EmbeddedServer, connect, percentile
-from knowledgeops.lab.eval import baselines
-from knowledgeops.lab.eval.collections import Collection, load
+from knowledgeops.db.migrate import upgrade
+from knowledgeops.db.schema import datasets, documents
+from knowledgeops.ingest.index import graphs, pgvector
+from knowledgeops.ingest.index.base import ChunkIndex, Hit, IndexedChunk, chunk_id, text_hash
+from knowledgeops.ingest.index.filters import SearchFilter
+from knowledgeops.ingest.index.pgvector import PgVectorIndex
+from knowledgeops.ingest.index.sqlite import SqliteIndex, dataset_key
+from knowledgeops.lab.bench.endtoend import percentile
+from knowledgeops.lab.bench.memory import rss_mb
+from knowledgeops.lab.bench.passages import Passages, faq_pages
+from knowledgeops.lab.devpg import LocalPostgres, free_port
+from knowledgeops.lab.embedders import HashingEmbedder
+from knowledgeops.lab.eval.collections import load
+from knowledgeops.service.search import score_fusion
 
+DIMENSION = 384  # the default model's
 CHUNKS_PER_DOCUMENT = 100
-WORDS_PER_CHUNK = 150
-MODES = ("vector", "keyword", "hybrid")
+DOCUMENTS_PER_TX = 20
+SMALL_SHARE = 0.1  # of the chunks in the second dataset
+TOP_K = 10
+HYBRID_CANDIDATES = 40  # what the search service asks each list for at topK 10
+VECTOR_WEIGHT = 0.5
+TOPOLOGIES = ("embedded", "scale-out")
+SHELF = SearchFilter(metadata=(("shelf", (0,)),))
 
 
 @dataclass
 class SearchFigures:
+    topology: str
     chunks: int
     questions: int
-    top_k: int
-    seed_s: float
-    latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # mode → p50/p95/p99
+    write_s: float = 0.0
+    index_build_s: float = 0.0  # the graphs (embedded) or CREATE INDEX … hnsw (scale-out)
+    disk_mb: float = 0.0
+    index_memory_mb: float = 0.0
+    # "<dataset> <mode>[ filtered]" → p50/p95 ms
+    latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)
+    recall_at_10: dict[str, float] = field(default_factory=dict)  # "<dataset>[ filtered]"
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
-def _english(root: Path) -> Collection:
-    (english,) = [c for c in load(root, only=["debian-faq-en"]) if c.name == "debian-faq-en"]
-    return english
+@dataclass
+class Corpus:
+    """What was written: every chunk's vector, dataset and shelf, by the chunk's id."""
+
+    vectors: npt.NDArray[np.float32]
+    row_of: dict[str, int]
+    dataset_of: npt.NDArray[np.int8]  # 0: the large dataset, 1: the small one
+    shelf_zero: npt.NDArray[np.bool_]
 
 
-def _texts(root: Path, count: int, rng: random.Random) -> list[str]:
-    english = _english(root)
-    words = [w for path in english.documents for w in baselines.body_text(path).split()]
-    out = []
-    for _ in range(count):
-        start = rng.randrange(0, max(1, len(words) - WORDS_PER_CHUNK))
-        out.append(" ".join(words[start : start + WORDS_PER_CHUNK]))
-    return out
+def _questions(root: Path) -> list[str]:
+    return [q.query for collection in load(root) for q in collection.questions]
 
 
-def _seed(db_path: Path, dataset_id: str, texts: list[str], dimension: int, model: str) -> None:
-    db = Database(f"sqlite:///{db_path}")
-    index = SqliteIndex(db, dimension)
-    rng = np.random.default_rng(7)
-    try:
-        for first in range(0, len(texts), CHUNKS_PER_DOCUMENT):
-            document_id = str(uuid.uuid4())
-            part = texts[first : first + CHUNKS_PER_DOCUMENT]
-            vectors = rng.normal(size=(len(part), dimension)).astype(np.float32)
-            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-            with db.write() as tx:
+def _write(
+    index: ChunkIndex,
+    db: Database,
+    passages: Passages,
+    chunks: int,
+    dataset_ids: Sequence[str],
+) -> Corpus:
+    rng = np.random.default_rng(11)
+    vectors = np.zeros((chunks, DIMENSION), dtype=np.float32)
+    row_of: dict[str, int] = {}
+    dataset_of = np.zeros(chunks, dtype=np.int8)
+    shelf_zero = np.zeros(chunks, dtype=np.bool_)
+    row = 0
+    pending: list[tuple[str, str, list[IndexedChunk], int]] = []
+
+    def flush() -> None:
+        with db.write() as tx:
+            for document_id, dataset_id, part, shelf in pending:
                 tx.execute(
                     insert(documents).values(
                         id=document_id,
                         dataset_id=dataset_id,
-                        file_name=f"seeded-{first // CHUNKS_PER_DOCUMENT}.txt",
-                        file_size=sum(len(t) for t in part),
+                        file_name=f"{document_id}.txt",
+                        file_size=sum(len(c.text) for c in part),
                         content_type="text/plain",
                         sha256=document_id,
                         blob_key=document_id,
                         status="ready",
-                        embedding_model=model,  # as a job's completion records it
+                        meta={"shelf": shelf},
+                        embedding_model=HashingEmbedder.model_id,
                     )
                 )
-                index.upsert(
-                    tx,
-                    [
-                        IndexedChunk(
-                            id=chunk_id(document_id, 1, n),
-                            document_id=document_id,
-                            dataset_id=dataset_id,
-                            generation=1,
-                            ordinal=n,
-                            text=body,
-                            content_hash=text_hash(body),
-                            token_count=WORDS_PER_CHUNK,
-                            page_start=None,
-                            page_end=None,
-                            section=None,
-                            vector=vectors[n],
-                        )
-                        for n, body in enumerate(part)
-                    ],
-                )
+                index.upsert(tx, part)
                 index.activate(tx, document_id, 1)
+        pending.clear()
+
+    for batch in passages.batches(chunks, seed=7, size=CHUNKS_PER_DOCUMENT * DOCUMENTS_PER_TX):
+        for first in range(0, len(batch.texts), CHUNKS_PER_DOCUMENT):
+            document_id = str(uuid.uuid4())
+            small = rng.random() < SMALL_SHARE
+            shelf = int(rng.integers(0, 2))
+            dataset_id = dataset_ids[1 if small else 0]
+            part = []
+            for n, body in enumerate(batch.texts[first : first + CHUNKS_PER_DOCUMENT]):
+                vector = batch.vectors[first + n]
+                ident = chunk_id(document_id, 1, n)
+                part.append(
+                    IndexedChunk(
+                        id=ident,
+                        document_id=document_id,
+                        dataset_id=dataset_id,
+                        generation=1,
+                        ordinal=n,
+                        text=body,
+                        content_hash=text_hash(body),
+                        token_count=len(body.split()),
+                        page_start=None,
+                        page_end=None,
+                        section=None,
+                        vector=vector,
+                    )
+                )
+                vectors[row] = vector
+                row_of[ident] = row
+                dataset_of[row] = 1 if small else 0
+                shelf_zero[row] = shelf == 0
+                row += 1
+            pending.append((document_id, dataset_id, part, shelf))
+        flush()
+    return Corpus(vectors[:row], row_of, dataset_of[:row], shelf_zero[:row])
+
+
+def _datasets(db: Database) -> list[str]:
+    ids = [str(uuid.uuid4()), str(uuid.uuid4())]
+    with db.write() as tx:
+        for n, dataset_id in enumerate(ids):
+            tx.execute(
+                insert(datasets).values(
+                    id=dataset_id,
+                    name=f"search-bench-{n}",
+                    embedding_model=HashingEmbedder.model_id,
+                    chunk_size=200,
+                    chunk_overlap=20,
+                )
+            )
+    return ids
+
+
+def _measure(
+    figures: SearchFigures,
+    index: ChunkIndex,
+    corpus: Corpus,
+    dataset_ids: Sequence[str],
+    questions: Sequence[str],
+    embedder: HashingEmbedder,
+) -> None:
+    vectors = [embedder.vector(q) for q in questions]
+    pool = ThreadPoolExecutor(2, thread_name_prefix="bench-search")
+    for n, dataset_id in enumerate(dataset_ids):
+        name = "large" if n == 0 else "small"
+        in_dataset = corpus.dataset_of == n
+        for where in (None, SHELF):
+            label = name + ("" if where is None else " filtered")
+            admitted = in_dataset & (corpus.shelf_zero if where is not None else True)
+            rows = np.nonzero(admitted)[0]
+            # exact: the tenth best cosine of each question among the admitted chunks
+            tenth: list[float] = []
+            for start in range(0, len(vectors), 50):
+                block = np.stack(vectors[start : start + 50]) @ corpus.vectors[rows].T
+                k = min(TOP_K, block.shape[1])
+                tenth.extend((-np.partition(-block, k - 1, axis=1)[:, k - 1]).tolist())
+
+            def vector_search(
+                q: int, w: SearchFilter | None = where, d: str = dataset_id
+            ) -> list[Hit]:
+                return index.search_vector(d, vectors[q], TOP_K, w)
+
+            def keyword(q: int, w: SearchFilter | None = where, d: str = dataset_id) -> list[Hit]:
+                return index.search_keyword(d, questions[q], TOP_K, w)
+
+            def hybrid(q: int, w: SearchFilter | None = where, d: str = dataset_id) -> list[Hit]:
+                words = pool.submit(index.search_keyword, d, questions[q], HYBRID_CANDIDATES, w)
+                nearest = index.search_vector(d, vectors[q], HYBRID_CANDIDATES, w)
+                return score_fusion(questions[q], nearest, words.result(), VECTOR_WEIGHT)[:TOP_K]
+
+            modes: dict[str, Callable[[int], list[Hit]]] = {
+                "vector": vector_search,
+                "keyword": keyword,
+                "hybrid": hybrid,
+            }
+            for mode, call in modes.items():
+                for q in range(min(10, len(questions))):  # warm the page cache
+                    call(q)
+                took = []
+                found = []
+                for q in range(len(questions)):
+                    began = time.perf_counter()
+                    hits = call(q)
+                    took.append((time.perf_counter() - began) * 1000)
+                    found.append(hits)
+                figures.latency_ms[f"{label} {mode}"] = {
+                    "p50": round(percentile(took, 50), 2),
+                    "p95": round(percentile(took, 95), 2),
+                }
+                if mode == "vector":
+                    recall = []
+                    for q, hits in enumerate(found):
+                        wanted = min(TOP_K, len(rows))
+                        good = len(
+                            [
+                                hit
+                                for hit in hits[:TOP_K]
+                                if float(corpus.vectors[corpus.row_of[hit.chunk_id]] @ vectors[q])
+                                >= tenth[q] - 1e-5
+                                and admitted[corpus.row_of[hit.chunk_id]]
+                            ]
+                        )
+                        recall.append(good / wanted)
+                    figures.recall_at_10[label] = round(float(np.mean(recall)), 4)
+    pool.shutdown()
+
+
+def _folder_mb(path: Path) -> float:
+    if path.is_file():
+        return path.stat().st_size / 1e6
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
+
+
+def bench_embedded(root: Path, chunks: int, questions: list[str]) -> SearchFigures:
+    figures = SearchFigures("embedded", chunks, len(questions))
+    folder = Path(tempfile.mkdtemp(prefix="kops-bench-search-"))
+    db = Database(f"sqlite:///{folder / 'kops.db'}")
+    try:
+        upgrade(db.engine)
+        index = SqliteIndex(db, DIMENSION)
+        index.ensure()
+        dataset_ids = _datasets(db)
+        passages = Passages(faq_pages(root), DIMENSION)
+        began = time.perf_counter()
+        corpus = _write(index, db, passages, chunks, dataset_ids)
+        figures.write_s = round(time.perf_counter() - began, 1)
+        before = rss_mb(os.getpid())
+        began = time.perf_counter()
+        if chunks >= index.graph_min_chunks:
+            for dataset_id in dataset_ids:
+                index.graphs.want(dataset_key(dataset_id))
+            if not index.graphs.caught_up(timeout=3600):
+                raise RuntimeError("the graphs were not built within an hour")
+        figures.index_build_s = round(time.perf_counter() - began, 1)
+        figures.index_memory_mb = round(index.graphs.memory_bytes() / 1e6, 1)
+        figures.settings = {
+            "graph_min_chunks": index.graph_min_chunks,
+            "rss_growth_mb": round(rss_mb(os.getpid()) - before, 1),
+            **_graph_settings(),
+        }
+        index.close()  # writes the snapshots: their size is part of the disk
+        index = SqliteIndex(db, DIMENSION)
+        for dataset_id in dataset_ids:
+            index.graphs.want(dataset_key(dataset_id))
+        began = time.perf_counter()
+        index.graphs.caught_up(timeout=600)
+        figures.settings["graph_load_s"] = round(time.perf_counter() - began, 1)
+        figures.disk_mb = round(_folder_mb(folder), 1)
+        _measure(figures, index, corpus, dataset_ids, questions, HashingEmbedder(DIMENSION))
+        figures.settings["ef_sweep"] = _ef_sweep(index, corpus, dataset_ids[0], questions)
+        index.close()
     finally:
         db.dispose()
-
-
-def run_search_bench(root: Path, *, chunks: int, top_k: int = 5, rounds: int = 2) -> SearchFigures:
-    rng = random.Random(7)
-    texts = _texts(root, chunks, rng)
-    questions = [q.query for q in _english(root).questions]
-    server = EmbeddedServer(workers=1, env={"KOPS_MODEL_VARIANT": "fp32"})
-    with server, connect(server.url, server.started, server.log) as (client, _):
-        created = client.post("/datasets", json={"name": "search-bench"})
-        created.raise_for_status()
-        dataset = created.json()
-        began = time.perf_counter()
-        dimension = client.get("/models").json()[0]["dimension"]
-        _seed(
-            server.data_dir / "kops.db", dataset["id"], texts, dimension, dataset["embeddingModel"]
-        )
-        figures = SearchFigures(
-            chunks=chunks,
-            questions=len(questions),
-            top_k=top_k,
-            seed_s=round(time.perf_counter() - began, 1),
-        )
-        for mode in MODES:  # a first pass warms the model and SQLite's page cache
-            for query in questions[:10]:
-                client.post(
-                    f"/datasets/{dataset['id']}/search",
-                    json={"query": query, "topK": top_k, "mode": mode},
-                ).raise_for_status()
-        for mode in MODES:
-            took = []
-            for _ in range(rounds):
-                for query in questions:
-                    t0 = time.perf_counter()
-                    response = client.post(
-                        f"/datasets/{dataset['id']}/search",
-                        json={"query": query, "topK": top_k, "mode": mode},
-                    )
-                    took.append((time.perf_counter() - t0) * 1000)
-                    response.raise_for_status()
-            figures.latency_ms[mode] = {
-                f"p{q}": round(percentile(took, q), 1) for q in (50, 95, 99)
-            }
+        shutil.rmtree(folder, ignore_errors=True)
     return figures
+
+
+EF_SWEEP = (128, 256, 512, 1024, 2048)
+
+
+def _ef_sweep(
+    index: SqliteIndex, corpus: Corpus, dataset_id: str, questions: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """Vector search of the large dataset at other breadths of the graph walk (`ef`): how
+    EXPANSION_SEARCH was chosen."""
+    if not index.graphs.ready(dataset_key(dataset_id)):
+        return {}
+    embedder = HashingEmbedder(DIMENSION)
+    vectors = [embedder.vector(q) for q in questions]
+    rows = np.nonzero(corpus.dataset_of == 0)[0]
+    tenth: list[float] = []
+    for start in range(0, len(vectors), 50):
+        block = np.stack(vectors[start : start + 50]) @ corpus.vectors[rows].T
+        tenth.extend((-np.partition(-block, TOP_K - 1, axis=1)[:, TOP_K - 1]).tolist())
+    out = {}
+    graph = index.graphs._graphs[dataset_key(dataset_id)]
+    try:
+        for ef in EF_SWEEP:
+            graph.index.expansion_search = ef  # type: ignore[misc]
+            took, recall = [], []
+            for q, vector in enumerate(vectors):
+                began = time.perf_counter()
+                hits = index.search_vector(dataset_id, vector, TOP_K)
+                took.append((time.perf_counter() - began) * 1000)
+                good = len([hit for hit in hits if hit.score >= tenth[q] - 1e-5])
+                recall.append(good / TOP_K)
+            out[str(ef)] = {
+                "p50": round(percentile(took, 50), 2),
+                "p95": round(percentile(took, 95), 2),
+                "recall": round(float(np.mean(recall)), 4),
+            }
+    finally:
+        graph.index.expansion_search = graphs.EXPANSION_SEARCH  # type: ignore[misc]
+    return out
+
+
+def _graph_settings() -> dict[str, Any]:
+    return {
+        "M": graphs.CONNECTIVITY,
+        "ef_construction": graphs.EXPANSION_ADD,
+        "ef": graphs.EXPANSION_SEARCH,
+        "dtype": graphs.DTYPE,
+        "candidates_min": graphs.CANDIDATES_MIN,
+    }
+
+
+def bench_scaleout(root: Path, chunks: int, questions: list[str]) -> SearchFigures:
+    figures = SearchFigures("scale-out", chunks, len(questions))
+    folder = Path(tempfile.mkdtemp(prefix="kops-bench-search-pg-"))
+    folder.chmod(0o755)  # PostgreSQL runs as `postgres` when we are root
+    server = LocalPostgres(folder / "pg", port=free_port(), database="bench", durable=False)
+    server.init()
+    server.start()
+    db: Database | None = None
+    try:
+        plain = server.url().replace("+psycopg", "")
+        with psycopg.connect(plain, autocommit=True) as conn:
+            for setting in (
+                "maintenance_work_mem = '4GB'",  # the HNSW build in memory: far faster
+                "shared_buffers = '2GB'",
+                "max_parallel_maintenance_workers = 2",
+            ):
+                conn.execute(f"ALTER SYSTEM SET {setting}")
+        server.stop()
+        server.start()
+        db = Database(server.url())
+        upgrade(db.engine)
+        index = PgVectorIndex(db, DIMENSION)
+        index.ensure()
+        hnsw = f"ix_{index.table}_hnsw"
+        with db.write() as tx:  # written without it, then built at once (as a bulk load would)
+            tx.exec_driver_sql(f"DROP INDEX {hnsw}")
+        dataset_ids = _datasets(db)
+        passages = Passages(faq_pages(root), DIMENSION)
+        began = time.perf_counter()
+        corpus = _write(index, db, passages, chunks, dataset_ids)
+        figures.write_s = round(time.perf_counter() - began, 1)
+        began = time.perf_counter()
+        with db.write() as tx:
+            tx.exec_driver_sql(index.hnsw_ddl())
+            tx.exec_driver_sql(f"ANALYZE {index.table}")
+            tx.exec_driver_sql("ANALYZE chunks")
+            tx.exec_driver_sql("ANALYZE documents")
+        figures.index_build_s = round(time.perf_counter() - began, 1)
+        with db.read() as conn:
+            size = conn.execute(
+                text("SELECT pg_relation_size(:i), pg_database_size(current_database())"),
+                {"i": hnsw},
+            ).one()
+        figures.index_memory_mb = round(size[0] / 1e6, 1)  # what shared buffers must hold
+        figures.disk_mb = round(size[1] / 1e6, 1)
+        figures.settings = {
+            "m": pgvector.HNSW_M,
+            "ef_construction": pgvector.HNSW_EF_CONSTRUCTION,
+            "ef_search": pgvector.HNSW_EF_SEARCH,
+        }
+        _measure(figures, index, corpus, dataset_ids, questions, HashingEmbedder(DIMENSION))
+    finally:
+        if db is not None:
+            db.dispose()
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+    return figures
+
+
+def run_search_bench(
+    root: Path,
+    *,
+    chunks: int,
+    topologies: Sequence[str] = TOPOLOGIES,
+    questions: int = 200,
+) -> list[SearchFigures]:
+    asked = _questions(root)
+    picked = [asked[n % len(asked)] for n in range(0, len(asked), max(1, len(asked) // questions))]
+    picked = picked[:questions]
+    out = []
+    for topology in topologies:
+        run = bench_embedded if topology == "embedded" else bench_scaleout
+        out.append(run(root, chunks, picked))
+    return out
+
+
+def render(figures: Sequence[SearchFigures]) -> Any:
+    table = Table(title="kops bench search (p50 / p95 ms; recall@10 against exact)")
+    for column in ("topology", "chunks", "search", "vector", "keyword", "hybrid", "recall@10"):
+        table.add_column(column)
+    for f in figures:
+        for label in ("large", "large filtered", "small", "small filtered"):
+            cells = []
+            for mode in ("vector", "keyword", "hybrid"):
+                got = f.latency_ms.get(f"{label} {mode}")
+                cells.append("" if got is None else f"{got['p50']:g} / {got['p95']:g}")
+            recall = f.recall_at_10.get(label)
+            table.add_row(
+                f.topology, str(f.chunks), label, *cells, "" if recall is None else f"{recall:g}"
+            )
+        table.add_row(
+            f.topology,
+            str(f.chunks),
+            f"write {f.write_s:g} s, index {f.index_build_s:g} s, disk {f.disk_mb:g} MB, "
+            f"index memory {f.index_memory_mb:g} MB",
+            "",
+            "",
+            "",
+            "",
+        )
+    return table

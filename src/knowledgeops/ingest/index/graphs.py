@@ -1,0 +1,432 @@
+"""The embedded index's HNSW graphs: one per large dataset, kept beside the SQLite database and
+never trusted on their own (docs/architecture.md: Vector search at a million chunks).
+
+The database stays the truth. Every change a graph must follow is a row of the vector log
+(`<vector table>_log`), written by `SqliteIndex` in the transaction that makes it: the chunks a
+generation's activation makes searchable (added), the chunks a delete or a new generation drops
+(removed), a dataset deleted whole (a reset). A graph knows the last log row it reflects; a
+background thread (one per index) builds the graphs of the datasets searched, applies the log to
+them, and saves a snapshot now and then.
+
+A search asks its dataset's graph for candidates, adds every chunk logged as added since the
+graph last caught up (so a document is found the moment its job completes), and then scores all
+of them exactly in SQL against the chunks that are active now, in the same read transaction:
+a chunk the graph still holds but the database dropped (a stale generation, a deleted document)
+cannot answer, and every score is the exact cosine. A graph that is missing (not built yet,
+being rebuilt) or too far behind answers nothing and the search is exact.
+
+Snapshots are written to a temporary file, flushed and renamed to `<dataset key>-<log id>.usearch`;
+only then does the database row in `<vector table>_snapshots` point to them, and the log rows the
+snapshot holds are pruned. A process killed while writing leaves at most a temporary file (swept
+at the next load) and the older snapshot, which is loaded and caught up from the log; a snapshot
+that does not load, or holds another number of vectors than its row says, is rebuilt from the
+database.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import Connection
+from usearch.index import Index
+
+from knowledgeops.db.engine import Database
+
+log = logging.getLogger(__name__)
+
+# chosen by measurement (docs/performance.md: Vector search at a million chunks)
+CONNECTIVITY = 16  # HNSW's M
+EXPANSION_ADD = 128  # ef_construction
+EXPANSION_SEARCH = 1024  # ef
+DTYPE = "f16"  # the graph's copy of the vectors (i8 lost the order: recall 0.85 at 6k chunks)
+CANDIDATES_MIN = 40  # the graph's nearest asked for at least, then scored exactly
+CANDIDATES_PER_K = 4
+CANDIDATES_MAX = 4096
+PENDING_MAX = 2000  # logged changes a search will score itself; more: exact search
+APPLY_BATCH = 64  # vectors added per turn of the lock (a search waits at most this long)
+READ_BATCH = 10_000  # vectors read per fetch while building
+SNAPSHOT_CHANGES = 50_000  # changes applied since the last snapshot that make a new one due
+SNAPSHOT_INTERVAL_S = 300.0  # … or this long since it, with any change
+PRUNE_INTERVAL_S = 60.0
+POLL_S = 0.5
+RESET = -1  # the seq of a log row that empties a dataset's graph (the dataset was deleted)
+
+
+def log_tables(vec: str) -> tuple[str, str]:
+    return f"{vec}_log", f"{vec}_snapshots"
+
+
+def create_tables(conn: Connection, vec: str) -> None:
+    changes, snapshots = log_tables(vec)
+    conn.exec_driver_sql(
+        f"CREATE TABLE IF NOT EXISTS {changes} (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+        "dataset_key INTEGER NOT NULL, seq INTEGER NOT NULL, added INTEGER NOT NULL)"
+    )
+    conn.exec_driver_sql(
+        f"CREATE INDEX IF NOT EXISTS ix_{changes}_dataset ON {changes} (dataset_key, id)"
+    )
+    conn.exec_driver_sql(
+        f"CREATE TABLE IF NOT EXISTS {snapshots} (dataset_key INTEGER PRIMARY KEY, "
+        "log_id INTEGER NOT NULL, file TEXT NOT NULL, size INTEGER NOT NULL)"
+    )
+
+
+def candidates_for(k: int, share: float) -> int:
+    """How many of the graph's nearest to score for k results, when `share` of the dataset's
+    chunks pass the search's filter (1.0: no filter)."""
+    wanted = max(CANDIDATES_MIN, CANDIDATES_PER_K * k) / max(share, 1e-9)
+    return int(min(CANDIDATES_MAX, wanted))
+
+
+@dataclass
+class Graph:
+    key: int
+    index: Index
+    applied: int  # the last log row it reflects
+    changes: int = 0  # applied since the last snapshot
+    saved_at: float = field(default_factory=time.monotonic)
+    snapshot: int | None = None  # the log id of its last snapshot
+
+
+class Graphs:
+    """The graphs of one vector table, and the thread that keeps them."""
+
+    def __init__(self, db: Database, vec: str, dimension: int, folder: Path | None) -> None:
+        self.db = db
+        self.vec = vec
+        self.log, self.snapshots = log_tables(vec)
+        self.dimension = dimension
+        self.folder = folder
+        self._graphs: dict[int, Graph] = {}
+        self._wanted: set[int] = set()
+        self._lock = threading.Lock()  # the usearch indexes are used by one thread at a time
+        self._state = threading.Lock()  # _graphs, _wanted, the thread
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pruned_at = 0.0
+        self.builds = 0  # graphs built from the database (not loaded): for tests and bench
+
+    # --- searches -------------------------------------------------------------------------------
+    def nearest(
+        self, conn: Connection, key: int, vector: npt.NDArray[np.float32], want: int
+    ) -> list[int] | None:
+        """Candidate seqs for a search of the dataset `key`: the graph's `want` nearest and the
+        chunks logged as added since it caught up, read in `conn`'s transaction (the one that
+        scores them). None when there is no graph yet (one is built) or it is far behind."""
+        graph = self._graphs.get(key)
+        if graph is None:
+            self.want(key)
+            return None
+        applied = graph.applied
+        pending = conn.exec_driver_sql(
+            f"SELECT seq, added FROM {self.log} WHERE dataset_key = ? AND id > ? "
+            "ORDER BY id LIMIT ?",
+            (key, applied, PENDING_MAX + 1),
+        ).all()
+        if pending:
+            self._wake.set()
+        if len(pending) > PENDING_MAX or any(seq == RESET for seq, _ in pending):
+            return None
+        with self._lock:
+            index = graph.index
+            found = index.search(np.asarray(vector, dtype=np.float32), want, threads=1)
+        seqs = [int(seq) for seq in np.asarray(found.keys)]
+        seqs.extend(seq for seq, added in pending if added)
+        return list(dict.fromkeys(seqs))
+
+    def want(self, key: int) -> None:
+        with self._state:
+            self._wanted.add(key)
+            if self._thread is None or not self._thread.is_alive():
+                self._stop.clear()
+                self._thread = threading.Thread(
+                    target=self._run, name=f"kops-graphs-{self.vec}", daemon=True
+                )
+                self._thread.start()
+        self._wake.set()
+
+    def ready(self, key: int) -> bool:
+        return key in self._graphs
+
+    def caught_up(self, timeout: float = 60.0) -> bool:
+        """Wait until every wanted graph exists and reflects the whole log (tests, bench)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.db.read() as conn:
+                behind = False
+                for key in list(self._wanted):
+                    graph = self._graphs.get(key)
+                    if graph is None:
+                        behind = True
+                        break
+                    newer = conn.exec_driver_sql(
+                        f"SELECT 1 FROM {self.log} WHERE dataset_key = ? AND id > ? LIMIT 1",
+                        (key, graph.applied),
+                    ).first()
+                    behind = behind or newer is not None
+            if not behind:
+                return True
+            self._wake.set()
+            time.sleep(0.05)
+        return False
+
+    def size(self, key: int) -> int:
+        graph = self._graphs.get(key)
+        return 0 if graph is None else len(graph.index)
+
+    def memory_bytes(self) -> int:
+        return sum(int(graph.index.memory_usage) for graph in list(self._graphs.values()))
+
+    def close(self) -> None:
+        """Stop the thread and snapshot every graph with changes (a clean stop loads fast)."""
+        with self._state:
+            thread = self._thread
+            self._thread = None
+        if thread is not None:
+            self._stop.set()
+            self._wake.set()
+            thread.join(timeout=120)
+        for graph in list(self._graphs.values()):
+            if graph.changes:
+                try:
+                    self._save(graph)
+                except Exception:  # a snapshot is an optimisation: the log still holds it all
+                    log.exception("could not snapshot the graph of dataset key %s", graph.key)
+
+    # --- the thread -----------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(POLL_S)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self._turn()
+            except Exception:  # the database busy, a disk full: try again next turn
+                log.exception("keeping the vector graphs failed; trying again")
+                time.sleep(1.0)
+
+    def _turn(self) -> None:
+        with self._state:
+            missing = sorted(self._wanted - set(self._graphs))
+        for key in missing:
+            if self._stop.is_set():
+                return
+            graph = self._load(key) or self._build(key)
+            with self._state:
+                self._graphs[key] = graph
+        for graph in list(self._graphs.values()):
+            while not self._stop.is_set() and graph.key in self._graphs and self._catch_up(graph):
+                pass
+            if graph.key not in self._graphs:  # its dataset was deleted
+                continue
+            if self._due(graph):
+                self._save(graph)
+        if time.monotonic() - self._pruned_at >= PRUNE_INTERVAL_S:
+            self._prune()
+
+    def _new_index(self) -> Index:
+        return Index(
+            ndim=self.dimension,
+            metric="cos",
+            dtype=DTYPE,
+            connectivity=CONNECTIVITY,
+            expansion_add=EXPANSION_ADD,
+            expansion_search=EXPANSION_SEARCH,
+        )
+
+    def _load(self, key: int) -> Graph | None:
+        """The dataset's last snapshot, if there is one that loads and holds what its row says."""
+        if self.folder is None:
+            return None
+        with self.db.read() as conn:
+            row = conn.exec_driver_sql(
+                f"SELECT log_id, file, size FROM {self.snapshots} WHERE dataset_key = ?", (key,)
+            ).first()
+        self._sweep(key, keep=None if row is None else row[1])
+        if row is None:
+            return None
+        log_id, name, size = row
+        path = self.folder / name
+        try:
+            index = Index.restore(str(path))
+        except Exception as exc:
+            log.warning("the graph snapshot %s does not load (%s): rebuilding it", path, exc)
+            return None
+        if index is None or index.ndim != self.dimension or len(index) != size:
+            log.warning("the graph snapshot %s is not what was saved: rebuilding it", path)
+            return None
+        index.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]
+        return Graph(key, index, applied=int(log_id), snapshot=int(log_id))
+
+    def _build(self, key: int) -> Graph:
+        """A graph of the dataset's active vectors as the database holds them now."""
+        index = self._new_index()
+        threads = os.cpu_count() or 1
+        with self.db.read() as conn:
+            top = conn.exec_driver_sql(f"SELECT coalesce(max(id), 0) FROM {self.log}").scalar()
+            rows = conn.exec_driver_sql(
+                f"SELECT rowid, embedding FROM {self.vec} WHERE dataset_key = ? AND active = 1",
+                (key,),
+            )
+            while batch := rows.fetchmany(READ_BATCH):
+                if self._stop.is_set():
+                    break
+                keys = np.fromiter((row[0] for row in batch), dtype=np.uint64, count=len(batch))
+                vectors = np.frombuffer(b"".join(row[1] for row in batch), dtype=np.float32)
+                index.add(keys, vectors.reshape(len(batch), self.dimension), threads=threads)
+        self.builds += 1
+        graph = Graph(key, index, applied=int(top or 0), changes=len(index))
+        graph.saved_at = 0.0  # a fresh build is worth a snapshot at once
+        return graph
+
+    def _catch_up(self, graph: Graph) -> bool:
+        """Apply the next log rows to the graph; False when there were none."""
+        with self.db.read() as conn:
+            rows = conn.exec_driver_sql(
+                f"SELECT id, seq, added FROM {self.log} WHERE dataset_key = ? AND id > ? "
+                "ORDER BY id LIMIT ?",
+                (graph.key, graph.applied, PENDING_MAX),
+            ).all()
+            if not rows:
+                return False
+            wanted = [seq for _, seq, added in rows if added]
+            vectors = self._vectors(conn, wanted)
+        run: list[int] = []  # consecutive adds, applied together
+        for _, seq, added in rows:
+            if added:
+                run.append(seq)
+                continue
+            self._add(graph, run, vectors)
+            run = []
+            if seq == RESET:
+                self._forget(graph)
+                return False
+            else:
+                with self._lock:
+                    if graph.index.contains(seq):
+                        graph.index.remove(seq)
+        self._add(graph, run, vectors)
+        graph.applied = int(rows[-1][0])
+        graph.changes += len(rows)
+        return True
+
+    def _vectors(self, conn: Connection, seqs: Sequence[int]) -> dict[int, bytes]:
+        found: dict[int, bytes] = {}
+        for start in range(0, len(seqs), 500):
+            part = seqs[start : start + 500]
+            marks = ",".join("?" * len(part))
+            rows = conn.exec_driver_sql(
+                f"SELECT rowid, embedding FROM {self.vec} WHERE rowid IN ({marks})", tuple(part)
+            )
+            found.update({int(rowid): blob for rowid, blob in rows})
+        return found
+
+    def _add(self, graph: Graph, seqs: list[int], vectors: dict[int, bytes]) -> None:
+        present = [seq for seq in dict.fromkeys(seqs) if seq in vectors]  # gone since: skip
+        for start in range(0, len(present), APPLY_BATCH):
+            part = present[start : start + APPLY_BATCH]
+            block = np.frombuffer(b"".join(vectors[seq] for seq in part), dtype=np.float32)
+            keys = np.asarray(part, dtype=np.uint64)
+            with self._lock:
+                held = graph.index.contains(keys)
+                if np.any(held):  # a seq logged twice, or reused: its row now is the truth
+                    graph.index.remove(keys[held])
+                graph.index.add(keys, block.reshape(len(part), self.dimension), threads=1)
+
+    def _forget(self, graph: Graph) -> None:
+        """The dataset was deleted: drop its graph, its snapshot and its log rows."""
+        with self._state:
+            self._graphs.pop(graph.key, None)
+            self._wanted.discard(graph.key)
+        with self.db.write() as tx:
+            tx.exec_driver_sql(f"DELETE FROM {self.snapshots} WHERE dataset_key = ?", (graph.key,))
+            tx.exec_driver_sql(f"DELETE FROM {self.log} WHERE dataset_key = ?", (graph.key,))
+        self._sweep(graph.key, keep=None)
+
+    # --- snapshots ------------------------------------------------------------------------------
+    def _due(self, graph: Graph) -> bool:
+        if self.folder is None or not graph.changes:
+            return False
+        return (
+            graph.changes >= SNAPSHOT_CHANGES
+            or time.monotonic() - graph.saved_at >= SNAPSHOT_INTERVAL_S
+        )
+
+    def _save(self, graph: Graph) -> None:
+        if self.folder is None:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        applied, size = graph.applied, len(graph.index)
+        name = f"{graph.key}-{applied}.usearch"
+        temporary = self.folder / f".{name}.tmp"
+        # only this thread changes the graph, so it holds still while it is written
+        graph.index.save(str(temporary))
+        with open(temporary, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(temporary, self.folder / name)
+        _fsync_folder(self.folder)
+        with self.db.write() as tx:
+            tx.exec_driver_sql(
+                f"INSERT INTO {self.snapshots} (dataset_key, log_id, file, size) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (dataset_key) DO UPDATE SET "
+                "log_id = excluded.log_id, file = excluded.file, size = excluded.size",
+                (graph.key, applied, name, size),
+            )
+            tx.exec_driver_sql(
+                f"DELETE FROM {self.log} WHERE dataset_key = ? AND id <= ?", (graph.key, applied)
+            )
+        graph.changes = 0
+        graph.saved_at = time.monotonic()
+        graph.snapshot = applied
+        self._sweep(graph.key, keep=name)
+
+    def _sweep(self, key: int, keep: str | None) -> None:
+        """Remove the dataset's snapshot files other than `keep` (older ones, temporary ones a
+        killed process left)."""
+        if self.folder is None or not self.folder.is_dir():
+            return
+        for path in self.folder.iterdir():
+            plain = path.name.lstrip(".")
+            if plain.startswith(f"{key}-") and path.name != keep:
+                path.unlink(missing_ok=True)
+
+    def _prune(self) -> None:
+        """Drop log rows no graph needs: those a snapshot holds, those a graph in memory holds
+        without a snapshot, and all rows of datasets with neither (a build reads the truth)."""
+        self._pruned_at = time.monotonic()
+        with self.db.write() as tx:
+            top = tx.exec_driver_sql(f"SELECT coalesce(max(id), 0) FROM {self.log}").scalar()
+            held = {
+                key: graph.snapshot if graph.snapshot is not None else graph.applied
+                for key, graph in self._graphs.items()
+            }
+            snapshots: dict[int, int] = dict(
+                tx.exec_driver_sql(f"SELECT dataset_key, log_id FROM {self.snapshots}").all()
+            )
+            floors = {**snapshots, **held}
+            keys = ",".join(str(int(key)) for key in floors) or "NULL"
+            tx.exec_driver_sql(
+                f"DELETE FROM {self.log} WHERE id <= ? AND dataset_key NOT IN ({keys})", (top,)
+            )
+            for key, floor in floors.items():
+                tx.exec_driver_sql(
+                    f"DELETE FROM {self.log} WHERE dataset_key = ? AND id <= ?", (key, floor)
+                )
+
+
+def _fsync_folder(folder: Path) -> None:
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,282 @@
+"""The embedded index's HNSW graphs (ingest/index/graphs.py) against a real SQLite database:
+a search never answers from a generation, document or dataset the database dropped, finds a
+document the moment it is activated, and the snapshots beside the database survive a kill -9
+(a torn or missing file is rebuilt from the database, an older one is caught up from the log)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from knowledgeops.db.engine import Database
+from knowledgeops.ingest.index.base import IndexedChunk, chunk_id, text_hash
+from knowledgeops.ingest.index.filters import SearchFilter
+from knowledgeops.ingest.index.sqlite import SqliteIndex, dataset_key, graph_folder
+from knowledgeops.lab.embedders import HashingEmbedder
+from tests.fixtures.rows import insert_dataset, insert_document
+
+EMBED = HashingEmbedder(dimension=32)
+WORDS = [f"w{n}" for n in range(400)]
+
+
+def texts(seed: int, count: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, size=12)) for _ in range(count)]
+
+
+def write(index: SqliteIndex, dataset: str, document: str, generation: int, bodies: list[str]):
+    chunks = [
+        IndexedChunk(
+            id=chunk_id(document, generation, n),
+            document_id=document,
+            dataset_id=dataset,
+            generation=generation,
+            ordinal=n,
+            text=body,
+            content_hash=text_hash(body),
+            token_count=12,
+            page_start=None,
+            page_end=None,
+            section=None,
+            vector=EMBED.vector(body),
+        )
+        for n, body in enumerate(bodies)
+    ]
+    with index.db.write() as tx:
+        index.upsert(tx, chunks)
+        index.activate(tx, document, generation)
+
+
+def make(db: Database) -> SqliteIndex:
+    index = SqliteIndex(db, EMBED.dimension, graph_min_chunks=1)
+    index.ensure()
+    return index
+
+
+def exact(index: SqliteIndex, dataset: str, query: str, k: int = 5) -> list[str]:
+    with index.db.read() as conn:
+        return [h.chunk_id for h in index._exact(conn, dataset, EMBED.vector(query), k, None)]
+
+
+def found(index: SqliteIndex, dataset: str, query: str, k: int = 5) -> list[str]:
+    return [h.chunk_id for h in index.search_vector(dataset, EMBED.vector(query), k)]
+
+
+def built(index: SqliteIndex, dataset: str) -> None:
+    index.graphs.want(dataset_key(dataset))
+    assert index.graphs.caught_up(timeout=30)
+
+
+@pytest.fixture
+def setup(sqlite_db: Database):
+    index = make(sqlite_db)
+    with sqlite_db.write() as conn:
+        dataset = insert_dataset(conn)
+    yield index, dataset
+    index.close()
+
+
+def test_a_graph_search_equals_exact_on_a_small_dataset(setup) -> None:
+    index, dataset = setup
+    with index.db.write() as conn:
+        document = insert_document(conn, dataset)
+    write(index, dataset, document, 1, texts(1, 300))
+    built(index, dataset)
+    assert index.graphs.size(dataset_key(dataset)) == 300
+    for query in texts(2, 20):
+        assert found(index, dataset, query) == exact(index, dataset, query)
+
+
+def test_a_behind_graph_never_answers_from_a_dropped_generation(setup) -> None:
+    index, dataset = setup
+    with index.db.write() as conn:
+        document = insert_document(conn, dataset)
+        other = insert_document(conn, dataset)
+    first, second = texts(3, 50), texts(4, 50)
+    write(index, dataset, document, 1, first)
+    write(index, dataset, other, 1, texts(5, 50))
+    built(index, dataset)
+    index.graphs.close()  # the thread stops: the graph stays at generation 1
+    write(index, dataset, document, 2, second)  # generation 2 replaces 1
+    with index.db.write() as tx:
+        index.delete_document(tx, other)
+    key = dataset_key(dataset)
+    assert index.graphs.size(key) == 100  # still holds what the database dropped
+    live = {chunk_id(document, 2, n) for n in range(50)}
+    for query in first[:10] + second[:10]:
+        hits = found(index, dataset, query)
+        assert set(hits) <= live  # nothing of generation 1 nor of the deleted document
+        assert hits == exact(index, dataset, query)  # and generation 2 is found at once
+    index.graphs.want(key)  # the thread again: the graph catches up
+    assert index.graphs.caught_up(timeout=30)
+    assert index.graphs.size(key) == 50
+
+
+def test_a_filter_that_admits_few_chunks_is_exact(setup) -> None:
+    index, dataset = setup
+    with index.db.write() as conn:
+        documents = [insert_document(conn, dataset, meta={"n": n}) for n in range(6)]
+    for n, document in enumerate(documents):
+        write(index, dataset, document, 1, texts(10 + n, 40))
+    built(index, dataset)
+    where = SearchFilter(metadata=(("n", (3,)),))
+    for query in texts(20, 10):
+        hits = index.search_vector(dataset, EMBED.vector(query), 5, where)
+        assert len(hits) == 5
+        assert {h.document_id for h in hits} == {documents[3]}
+
+
+def test_a_deleted_dataset_answers_nothing_and_its_snapshot_goes(setup) -> None:
+    index, dataset = setup
+    with index.db.write() as conn:
+        document = insert_document(conn, dataset)
+    write(index, dataset, document, 1, texts(6, 80))
+    built(index, dataset)
+    index.close()  # snapshots it
+    folder = graph_folder(index.db)
+    assert folder is not None
+    assert any(folder.iterdir())
+    index = make(index.db)
+    with index.db.write() as tx:
+        index.delete_dataset(tx, dataset)
+    assert found(index, dataset, "w1 w2") == []
+    index.graphs.want(dataset_key(dataset))
+    deadline = time.monotonic() + 30
+    while any(folder.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(folder.iterdir())
+    index.close()
+
+
+def test_a_snapshot_is_loaded_and_caught_up_not_rebuilt(setup) -> None:
+    index, dataset = setup
+    with index.db.write() as conn:
+        document, later = insert_document(conn, dataset), insert_document(conn, dataset)
+    write(index, dataset, document, 1, texts(7, 200))
+    built(index, dataset)
+    index.close()
+    write(index, dataset, later, 1, texts(8, 30))  # after the snapshot: only in the log
+    again = make(index.db)
+    built(again, dataset)
+    assert again.graphs.builds == 0  # loaded
+    assert again.graphs.size(dataset_key(dataset)) == 230
+    for query in texts(9, 10):
+        assert found(again, dataset, query) == exact(again, dataset, query)
+    again.close()
+    with again.db.read() as conn:  # the snapshot holds the log: its rows are pruned
+        left = conn.exec_driver_sql(f"SELECT count(*) FROM {again.log}").scalar()
+    assert left == 0
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing", "garbage"])
+def test_a_damaged_snapshot_is_rebuilt_from_the_database(setup, damage: str) -> None:
+    index, dataset = setup
+    with index.db.write() as conn:
+        document = insert_document(conn, dataset)
+    write(index, dataset, document, 1, texts(11, 150))
+    built(index, dataset)
+    index.close()
+    folder = graph_folder(index.db)
+    assert folder is not None
+    (snapshot,) = folder.iterdir()
+    if damage == "truncated":
+        snapshot.write_bytes(snapshot.read_bytes()[: snapshot.stat().st_size // 2])
+    elif damage == "missing":
+        snapshot.unlink()
+    else:
+        snapshot.write_bytes(os.urandom(4096))
+    (folder / f".{snapshot.name}.tmp").write_bytes(b"half a snapshot")  # a killed writer's
+    again = make(index.db)
+    built(again, dataset)
+    assert again.graphs.builds == 1
+    assert again.graphs.size(dataset_key(dataset)) == 150
+    assert not (folder / f".{snapshot.name}.tmp").exists()
+    for query in texts(12, 10):
+        assert found(again, dataset, query) == exact(again, dataset, query)
+    again.close()
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys, numpy as np
+    from knowledgeops.db.engine import Database
+    from knowledgeops.ingest.index import graphs
+    from tests.integration.test_index_graphs import make, texts, write, built
+    from tests.fixtures.rows import insert_document
+    graphs.SNAPSHOT_CHANGES = 1  # a snapshot after every change
+    graphs.SNAPSHOT_INTERVAL_S = 0.0
+    db = Database(sys.argv[1])
+    index = make(db)
+    dataset = sys.argv[2]
+    n = 0
+    while True:
+        with db.write() as conn:
+            document = insert_document(conn, dataset)
+        write(index, dataset, document, 1, texts(100 + n, 40))
+        built(index, dataset)
+        print(n, flush=True)
+        n += 1
+    """
+)
+
+
+def test_kill_9_while_snapshots_are_written_loses_nothing(setup, tmp_path: Path) -> None:
+    index, dataset = setup
+    index.close()
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER, index.db.url, dataset],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert child.stdout is not None
+    try:
+        for _ in range(8):  # some rounds written and snapshotted, then killed mid-way
+            assert child.stdout.readline(), "the writer died"
+        time.sleep(float(np.random.default_rng().random() * 0.05))
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    with index.db.read() as conn:  # it was killed among snapshots, not before the first
+        snapshots = conn.exec_driver_sql(f"SELECT count(*) FROM {index.graphs.snapshots}")
+        assert snapshots.scalar() == 1
+    again = make(index.db)
+    built(again, dataset)
+    with again.db.read() as conn:
+        active = conn.exec_driver_sql(
+            "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id "
+            "AND d.active_generation = c.generation WHERE c.dataset_id = ?",
+            (dataset,),
+        ).scalar()
+    assert active >= 8 * 40
+    assert again.graphs.size(dataset_key(dataset)) == active
+    for query in texts(13, 15):
+        assert found(again, dataset, query) == exact(again, dataset, query)
+    again.close()
+
+
+def test_log_rows_of_datasets_without_a_graph_are_pruned(setup) -> None:
+    index, dataset = setup
+    with index.db.write() as conn:
+        small = insert_dataset(conn, str(uuid.uuid4()))
+        document = insert_document(conn, small)
+        big_document = insert_document(conn, dataset)
+    write(index, small, document, 1, texts(14, 10))
+    write(index, dataset, big_document, 1, texts(15, 10))
+    built(index, dataset)  # a graph for one dataset only
+    index.graphs._prune()
+    with index.db.read() as conn:
+        rows = conn.exec_driver_sql(f"SELECT dataset_key, count(*) FROM {index.log} GROUP BY 1")
+        left = dict(rows.all())
+    assert dataset_key(small) not in left  # no graph wants them: a build reads the truth
+    assert left.get(dataset_key(dataset), 0) == 0  # the graph holds them (applied)
