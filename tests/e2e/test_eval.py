@@ -87,4 +87,4 @@ def test_bench_search_measures_both_topologies_at_a_given_number_of_chunks(
     embedded = figures["embedded"]
     assert embedded["index_memory_mb"] > 0  # the large dataset went through its graph
     assert embedded["settings"]["ef_sweep"]
-    assert "kops bench search" in result.output  # the printed table
+    assert "kops bench search" in result.output  # the table

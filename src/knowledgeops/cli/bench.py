@@ -271,6 +271,13 @@ def bench_search(
     collections: Annotated[
         Path | None, typer.Option(help="The eval/ folder (its Debian FAQ gives text and queries).")
     ] = None,
+    keep: Annotated[
+        Path | None,
+        typer.Option(
+            help="Keep the embedded database in this folder; a later run of as many chunks "
+            "measures it again without writing it."
+        ),
+    ] = None,
     out: OutOption = None,
 ) -> None:
     """Search at CHUNKS chunks, per topology: p50/p95 of vector, keyword and hybrid search with
@@ -283,7 +290,12 @@ def bench_search(
     root = collections or lab("eval.collections").find_root()
     if root is None:
         raise fail("no eval/ folder found: run this in the checkout, or give --collections")
-    figures = search.run_search_bench(root, chunks=chunks, topologies=chosen, questions=questions)
+    try:
+        figures = search.run_search_bench(
+            root, chunks=chunks, topologies=chosen, questions=questions, keep=keep
+        )
+    except ValueError as exc:
+        raise fail(str(exc)) from None
     console.print(search.render(figures))
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -351,16 +363,39 @@ def chaos(
         str | None, typer.Option(help="Comma-separated scenarios (default: all).")
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Write the results as JSON here.")] = None,
+    soak: Annotated[
+        int | None,
+        typer.Option(
+            min=10,
+            help="Instead of the scenarios: this many documents of every format through one "
+            "topology while faults strike at random (10,000 for the full soak).",
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="The soak's random faults and documents.")] = 7,
 ) -> None:
     """Break the scale-out topology on purpose (own PostgreSQL, Redis and provider) and check
     that nothing was lost, doubled or left stuck; exits 1 if anything was."""
-    suite = lab("chaos", needs=("pgserver",), extra="pgserver")
+    suite = lab("chaos", needs=("pgserver", "reportlab"), extra="bench")
     configure_logging("WARNING")
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         raise SystemExit(128 + signum)  # unwinds: every process and folder is cleaned up
 
     signal.signal(signal.SIGTERM, stop)
+    if soak is not None:
+        if only:
+            raise fail("--only chooses scenarios; --soak runs none of them")
+        try:
+            outcome = suite.run_soak_suite(soak, short=short, seed=seed)
+        except LabError as exc:
+            raise fail(str(exc), EXIT_STARTUP) from None
+        for table in suite.render_soak(outcome):
+            console.print(table)
+        if out is not None:
+            suite.write_soak_json(outcome, out)
+        if not outcome.ok:
+            raise typer.Exit(1)
+        return
     try:
         results = suite.run_chaos(
             short=short, only=[n.strip() for n in only.split(",")] if only else None

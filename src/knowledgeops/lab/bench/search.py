@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import tempfile
 import time
 import uuid
@@ -62,6 +63,8 @@ HYBRID_CANDIDATES = 40  # what the search service asks each list for at topK 10
 VECTOR_WEIGHT = 0.5
 TOPOLOGIES = ("embedded", "scale-out")
 SHELF = SearchFilter(metadata=(("shelf", (0,)),))
+_IDS = uuid.UUID("0b9e55a4-2a43-4a7e-9c2e-5e4d3c2b1a09")  # documents and datasets: the same ids
+# in every run, so a kept database (--keep) is the corpus regenerated in memory
 
 
 @dataclass
@@ -99,7 +102,11 @@ def _write(
     passages: Passages,
     chunks: int,
     dataset_ids: Sequence[str],
+    *,
+    write: bool = True,
 ) -> Corpus:
+    """Write `chunks` chunks into the two datasets (or, with `write` False, only make the
+    corpus in memory: a kept database already holds it)."""
     rng = np.random.default_rng(11)
     vectors = np.zeros((chunks, DIMENSION), dtype=np.float32)
     row_of: dict[str, int] = {}
@@ -109,6 +116,9 @@ def _write(
     pending: list[tuple[str, str, list[IndexedChunk], int]] = []
 
     def flush() -> None:
+        if not write:
+            pending.clear()
+            return
         with db.write() as tx:
             for document_id, dataset_id, part, shelf in pending:
                 tx.execute(
@@ -131,7 +141,7 @@ def _write(
 
     for batch in passages.batches(chunks, seed=7, size=CHUNKS_PER_DOCUMENT * DOCUMENTS_PER_TX):
         for first in range(0, len(batch.texts), CHUNKS_PER_DOCUMENT):
-            document_id = str(uuid.uuid4())
+            document_id = str(uuid.uuid5(_IDS, f"document-{row}"))
             small = rng.random() < SMALL_SHARE
             shelf = int(rng.integers(0, 2))
             dataset_id = dataset_ids[1 if small else 0]
@@ -165,8 +175,10 @@ def _write(
     return Corpus(vectors[:row], row_of, dataset_of[:row], shelf_zero[:row])
 
 
-def _datasets(db: Database) -> list[str]:
-    ids = [str(uuid.uuid4()), str(uuid.uuid4())]
+def _datasets(db: Database, *, write: bool = True) -> list[str]:
+    ids = [str(uuid.uuid5(_IDS, f"dataset-{n}")) for n in range(2)]
+    if not write:
+        return ids
     with db.write() as tx:
         for n, dataset_id in enumerate(ids):
             tx.execute(
@@ -261,19 +273,41 @@ def _folder_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
 
 
-def bench_embedded(root: Path, chunks: int, questions: list[str]) -> SearchFigures:
+def _kept_chunks(db: Database) -> int:
+    with db.read() as conn:
+        found = conn.exec_driver_sql(
+            "SELECT coalesce(sum(chunk_count), 0) FROM documents WHERE dataset_id IN (?, ?)",
+            tuple(_datasets(db, write=False)),
+        ).scalar()
+    return int(found or 0)
+
+
+def bench_embedded(
+    root: Path, chunks: int, questions: list[str], keep: Path | None = None
+) -> SearchFigures:
+    """With `keep`, the database stays in that folder, and a later run of as many chunks
+    measures it again without writing it (only the graphs' build is timed again)."""
     figures = SearchFigures("embedded", chunks, len(questions))
-    folder = Path(tempfile.mkdtemp(prefix="kops-bench-search-"))
+    folder = keep or Path(tempfile.mkdtemp(prefix="kops-bench-search-"))
+    folder.mkdir(parents=True, exist_ok=True)
     db = Database(f"sqlite:///{folder / 'kops.db'}")
     try:
         upgrade(db.engine)
         index = SqliteIndex(db, DIMENSION)
         index.ensure()
-        dataset_ids = _datasets(db)
+        reuse = keep is not None and _kept_chunks(db) == chunks
+        if keep is not None and not reuse and _kept_chunks(db):
+            raise ValueError(f"{keep} holds another corpus: give an empty folder")
+        dataset_ids = _datasets(db, write=not reuse)
         passages = Passages(faq_pages(root), DIMENSION)
         began = time.perf_counter()
-        corpus = _write(index, db, passages, chunks, dataset_ids)
+        corpus = _write(index, db, passages, chunks, dataset_ids, write=not reuse)
         figures.write_s = round(time.perf_counter() - began, 1)
+        figures.settings["reused_database"] = reuse
+        if reuse:  # the graphs are timed from the database, as at a first start
+            with db.write() as tx:
+                tx.exec_driver_sql(f"DELETE FROM {index.graphs.snapshots}")
+            shutil.rmtree(folder / "kops.db.graphs", ignore_errors=True)
         before = rss_mb(os.getpid())
         began = time.perf_counter()
         if chunks >= index.graph_min_chunks:
@@ -284,6 +318,7 @@ def bench_embedded(root: Path, chunks: int, questions: list[str]) -> SearchFigur
         figures.index_build_s = round(time.perf_counter() - began, 1)
         figures.index_memory_mb = round(index.graphs.memory_bytes() / 1e6, 1)
         figures.settings = {
+            **figures.settings,
             "graph_min_chunks": index.graph_min_chunks,
             "rss_growth_mb": round(rss_mb(os.getpid()) - before, 1),
             **_graph_settings(),
@@ -298,11 +333,106 @@ def bench_embedded(root: Path, chunks: int, questions: list[str]) -> SearchFigur
         figures.disk_mb = round(_folder_mb(folder), 1)
         _measure(figures, index, corpus, dataset_ids, questions, HashingEmbedder(DIMENSION))
         figures.settings["ef_sweep"] = _ef_sweep(index, corpus, dataset_ids[0], questions)
+        if index.graphs.ready(dataset_key(dataset_ids[0])):
+            figures.settings["maintenance"] = _maintenance(index, db, passages, dataset_ids[0])
         index.close()
     finally:
         db.dispose()
-        shutil.rmtree(folder, ignore_errors=True)
+        if keep is None:
+            shutil.rmtree(folder, ignore_errors=True)
     return figures
+
+
+OVERHEAD_DOCUMENTS = 40  # written as jobs write them, to time what the graphs add to it
+OVERHEAD_ROUNDS = 4
+REAL_MODEL_CHUNKS_PER_S = 35.0  # all-MiniLM-L6-v2 on these 2 cores (docs/performance.md)
+
+
+def _maintenance(
+    index: SqliteIndex, db: Database, passages: Passages, dataset_id: str
+) -> dict[str, float]:
+    """What keeping the graphs costs ingestion, at this size: the vector log's rows in each
+    job's transaction (documents written with it and, to compare, without it), and the
+    graph's work to take the new chunks in (the thread's time, one core)."""
+
+    def write(count: int, seed: int) -> tuple[float, int]:
+        began = time.perf_counter()
+        written = 0
+        for batch in passages.batches(count * CHUNKS_PER_DOCUMENT, seed, CHUNKS_PER_DOCUMENT):
+            document_id = str(uuid.uuid5(_IDS, f"overhead-{seed}-{written}"))
+            part = [
+                IndexedChunk(
+                    id=chunk_id(document_id, 1, n),
+                    document_id=document_id,
+                    dataset_id=dataset_id,
+                    generation=1,
+                    ordinal=n,
+                    text=body,
+                    content_hash=text_hash(body),
+                    token_count=len(body.split()),
+                    page_start=None,
+                    page_end=None,
+                    section=None,
+                    vector=batch.vectors[n],
+                )
+                for n, body in enumerate(batch.texts)
+            ]
+            with db.write() as tx:
+                tx.execute(
+                    insert(documents).values(
+                        id=document_id,
+                        dataset_id=dataset_id,
+                        file_name=f"{document_id}.txt",
+                        file_size=1,
+                        content_type="text/plain",
+                        sha256=document_id,
+                        blob_key=document_id,
+                        status="ready",
+                        meta={"shelf": 1},
+                        embedding_model=HashingEmbedder.model_id,
+                    )
+                )
+                index.upsert(tx, part)
+                index.activate(tx, document_id, 1)
+            written += len(part)
+        return time.perf_counter() - began, written
+
+    key = dataset_key(dataset_id)
+    graph = index.graphs._graphs[key]
+    index.graphs.close()  # the thread stops: the writes are timed alone
+    keep_log = index._log
+    logged, plain = [], []
+    written = 0
+    for round_ in range(OVERHEAD_ROUNDS):  # alternated, so the page cache favours neither
+        took, count = write(OVERHEAD_DOCUMENTS // OVERHEAD_ROUNDS, seed=1000 + round_)
+        logged.append(took / count)
+        written += count
+        index._log = lambda *args, **kwargs: None  # type: ignore[method-assign]
+        try:
+            took, count = write(OVERHEAD_DOCUMENTS // OVERHEAD_ROUNDS, seed=2000 + round_)
+        finally:
+            index._log = keep_log  # type: ignore[method-assign]
+        plain.append(took / count)
+    logged_s, plain_s = statistics.median(logged), statistics.median(plain)
+    began_cpu = time.thread_time()
+    began = time.perf_counter()
+    while index.graphs._catch_up(graph):  # in this thread, to time it
+        pass
+    apply_s = time.perf_counter() - began
+    apply_cpu = time.thread_time() - began_cpu
+    per_chunk_ms = 1000 * apply_cpu / written
+    return {
+        "chunks_written": written,
+        "write_ms_per_chunk_with_log": round(1000 * logged_s, 3),
+        "write_ms_per_chunk_without_log": round(1000 * plain_s, 3),
+        "log_overhead_pct": round(100 * (logged_s - plain_s) / plain_s, 1),
+        "graph_apply_ms_per_chunk": round(1000 * apply_s / written, 3),
+        "graph_apply_cpu_ms_per_chunk": round(per_chunk_ms, 3),
+        # of the CPU the real model spends per chunk on 2 cores
+        "graph_share_of_real_ingestion_pct": round(
+            100 * per_chunk_ms / (2000 / REAL_MODEL_CHUNKS_PER_S), 2
+        ),
+    }
 
 
 EF_SWEEP = (128, 256, 512, 1024, 2048)
@@ -419,14 +549,17 @@ def run_search_bench(
     chunks: int,
     topologies: Sequence[str] = TOPOLOGIES,
     questions: int = 200,
+    keep: Path | None = None,
 ) -> list[SearchFigures]:
     asked = _questions(root)
     picked = [asked[n % len(asked)] for n in range(0, len(asked), max(1, len(asked) // questions))]
     picked = picked[:questions]
     out = []
     for topology in topologies:
-        run = bench_embedded if topology == "embedded" else bench_scaleout
-        out.append(run(root, chunks, picked))
+        if topology == "embedded":
+            out.append(bench_embedded(root, chunks, picked, keep))
+        else:
+            out.append(bench_scaleout(root, chunks, picked))
     return out
 
 

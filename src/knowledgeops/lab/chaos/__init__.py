@@ -12,9 +12,10 @@ database:
   chunk, and no job completed twice (the `job_events` record);
 - nothing stuck (a job not finished when the wait ran out).
 
-The table it prints has one row per scenario; the command exits 1 on any loss, duplicate or
-stuck job. `--short` is the form CI runs (fewer documents, shorter outages). Every process and
-folder it started is removed at the end, also when it fails.
+`--soak N` runs N documents of every format through one topology while faults strike at
+random (soak.py). The table it prints has one row per scenario; the command exits 1 on any loss,
+duplicate or stuck job. `--short` is the form CI runs (fewer documents, shorter outages). Every
+process and folder it started is removed at the end, also when it fails.
 """
 
 from __future__ import annotations
@@ -30,6 +31,18 @@ from rich.table import Table
 
 from knowledgeops.lab.chaos.lab import Lab, ScenarioResult
 from knowledgeops.lab.chaos.scenarios import SCENARIOS
+from knowledgeops.lab.chaos.soak import SoakResult, run_soak
+from knowledgeops.lab.chaos.soak import render as render_soak
+
+__all__ = [
+    "SCENARIOS",
+    "render",
+    "render_soak",
+    "run_chaos",
+    "run_soak_suite",
+    "write_json",
+    "write_soak_json",
+]
 
 
 def run_chaos(*, short: bool, only: list[str] | None = None) -> list[ScenarioResult]:
@@ -52,6 +65,27 @@ def run_chaos(*, short: bool, only: list[str] | None = None) -> list[ScenarioRes
         lab.stop()
         shutil.rmtree(root, ignore_errors=True)
     return results
+
+
+def run_soak_suite(count: int, *, short: bool, seed: int = 7) -> SoakResult:
+    """`kops chaos --soak N`: the lab's services, one topology, N documents, random faults."""
+    root = Path(tempfile.mkdtemp(prefix="kops-soak-"))
+    root.chmod(0o755)  # PostgreSQL runs as `postgres` when we are root
+    lab = Lab(root, short)
+    try:
+        lab.start()
+        return run_soak(lab, count, short=short, seed=seed)
+    finally:
+        lab.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def write_soak_json(result: SoakResult, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    body = asdict(result)
+    body["ok"] = result.ok
+    body["memory"] = [{**asdict(m), "growth": round(m.growth, 4)} for m in result.memory]
+    out.write_text(json.dumps(body, indent=2))
 
 
 def render(results: list[ScenarioResult]) -> Any:
