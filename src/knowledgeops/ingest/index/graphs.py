@@ -43,8 +43,8 @@ from knowledgeops.db.engine import Database
 log = logging.getLogger(__name__)
 
 # chosen by measurement (docs/performance.md: Vector search at a million chunks)
-CONNECTIVITY = 16  # HNSW's M
-EXPANSION_ADD = 128  # ef_construction
+CONNECTIVITY = 32  # HNSW's M
+EXPANSION_ADD = 256  # ef_construction
 EXPANSION_SEARCH = 1024  # ef
 DTYPE = "f16"  # the graph's copy of the vectors (i8 lost the order: recall 0.85 at 6k chunks)
 CANDIDATES_MIN = 40  # the graph's nearest asked for at least, then scored exactly

@@ -37,7 +37,7 @@ from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, query_ter
 # chosen by measurement (docs/performance.md: Vector search at a million chunks)
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 64
-HNSW_EF_SEARCH = 100  # for a dataset that is the whole table; more for a smaller share
+HNSW_EF_SEARCH = 400  # for a dataset that is the whole table; more for a smaller share
 HNSW_MAX_EF_SEARCH = 1000  # pgvector's limit
 EXACT_SHARE = 0.1  # a dataset under this share of the table is searched exactly (its btree)
 EXACT_MAX_ROWS = 20_000  # … or under this many chunks, whatever its share
