@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sqlalchemy import insert
 
 from knowledgeops.db.engine import Database
-from knowledgeops.db.schema import documents
 from knowledgeops.ingest.index.base import IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.pgvector import HNSW_EF_SEARCH, PgVectorIndex
-from tests.fixtures.rows import insert_dataset
+from tests.fixtures.rows import insert_dataset, insert_document
 
 pytestmark = [pytest.mark.postgres]
 
@@ -26,18 +24,7 @@ def fill(index: PgVectorIndex, dataset: str, documents_count: int, per_document:
     with index.db.write() as tx:
         for d in range(documents_count):
             document = f"{seed:04d}0000-0000-4000-8000-{d:012d}"
-            tx.execute(
-                insert(documents).values(
-                    id=document,
-                    dataset_id=dataset,
-                    file_name="a.txt",
-                    file_size=1,
-                    content_type="text/plain",
-                    sha256=document,
-                    blob_key=document,
-                    meta={"half": d % 2},
-                )
-            )
+            insert_document(tx, dataset, document, meta={"half": d % 2})
             vectors = rng.normal(size=(per_document, DIMENSION)).astype(np.float32)
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
             index.upsert(

@@ -92,6 +92,41 @@ class Corpus:
     shelf_zero: npt.NDArray[np.bool_]
 
 
+def _document(tx: Any, document_id: str, dataset_id: str, size: int, shelf: int) -> None:
+    """The document row a job's upload would have made."""
+    tx.execute(
+        insert(documents).values(
+            id=document_id,
+            dataset_id=dataset_id,
+            file_name=f"{document_id}.txt",
+            file_size=size,
+            content_type="text/plain",
+            sha256=document_id,
+            blob_key=document_id,
+            status="ready",
+            meta={"shelf": shelf},
+            embedding_model=HashingEmbedder.model_id,
+        )
+    )
+
+
+def _chunk(document_id: str, dataset_id: str, n: int, body: str, vector: Any) -> IndexedChunk:
+    return IndexedChunk(
+        id=chunk_id(document_id, 1, n),
+        document_id=document_id,
+        dataset_id=dataset_id,
+        generation=1,
+        ordinal=n,
+        text=body,
+        content_hash=text_hash(body),
+        token_count=len(body.split()),
+        page_start=None,
+        page_end=None,
+        section=None,
+        vector=vector,
+    )
+
+
 def _questions(root: Path) -> list[str]:
     return [q.query for collection in load(root) for q in collection.questions]
 
@@ -121,20 +156,7 @@ def _write(
             return
         with db.write() as tx:
             for document_id, dataset_id, part, shelf in pending:
-                tx.execute(
-                    insert(documents).values(
-                        id=document_id,
-                        dataset_id=dataset_id,
-                        file_name=f"{document_id}.txt",
-                        file_size=sum(len(c.text) for c in part),
-                        content_type="text/plain",
-                        sha256=document_id,
-                        blob_key=document_id,
-                        status="ready",
-                        meta={"shelf": shelf},
-                        embedding_model=HashingEmbedder.model_id,
-                    )
-                )
+                _document(tx, document_id, dataset_id, sum(len(c.text) for c in part), shelf)
                 index.upsert(tx, part)
                 index.activate(tx, document_id, 1)
         pending.clear()
@@ -148,25 +170,9 @@ def _write(
             part = []
             for n, body in enumerate(batch.texts[first : first + CHUNKS_PER_DOCUMENT]):
                 vector = batch.vectors[first + n]
-                ident = chunk_id(document_id, 1, n)
-                part.append(
-                    IndexedChunk(
-                        id=ident,
-                        document_id=document_id,
-                        dataset_id=dataset_id,
-                        generation=1,
-                        ordinal=n,
-                        text=body,
-                        content_hash=text_hash(body),
-                        token_count=len(body.split()),
-                        page_start=None,
-                        page_end=None,
-                        section=None,
-                        vector=vector,
-                    )
-                )
+                part.append(_chunk(document_id, dataset_id, n, body, vector))
                 vectors[row] = vector
-                row_of[ident] = row
+                row_of[part[-1].id] = row
                 dataset_of[row] = 1 if small else 0
                 shelf_zero[row] = shelf == 0
                 row += 1
@@ -361,37 +367,11 @@ def _maintenance(
         for batch in passages.batches(count * CHUNKS_PER_DOCUMENT, seed, CHUNKS_PER_DOCUMENT):
             document_id = str(uuid.uuid5(_IDS, f"overhead-{seed}-{written}"))
             part = [
-                IndexedChunk(
-                    id=chunk_id(document_id, 1, n),
-                    document_id=document_id,
-                    dataset_id=dataset_id,
-                    generation=1,
-                    ordinal=n,
-                    text=body,
-                    content_hash=text_hash(body),
-                    token_count=len(body.split()),
-                    page_start=None,
-                    page_end=None,
-                    section=None,
-                    vector=batch.vectors[n],
-                )
+                _chunk(document_id, dataset_id, n, body, batch.vectors[n])
                 for n, body in enumerate(batch.texts)
             ]
             with db.write() as tx:
-                tx.execute(
-                    insert(documents).values(
-                        id=document_id,
-                        dataset_id=dataset_id,
-                        file_name=f"{document_id}.txt",
-                        file_size=1,
-                        content_type="text/plain",
-                        sha256=document_id,
-                        blob_key=document_id,
-                        status="ready",
-                        meta={"shelf": 1},
-                        embedding_model=HashingEmbedder.model_id,
-                    )
-                )
+                _document(tx, document_id, dataset_id, 1, shelf=1)
                 index.upsert(tx, part)
                 index.activate(tx, document_id, 1)
             written += len(part)

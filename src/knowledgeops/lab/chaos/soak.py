@@ -405,26 +405,29 @@ def _pause_worker(soak: Soak, topology: Topology, fault: Fault) -> None:
     fault.recover_s = soak.wait_moved_on(held, pids, began) if held else 0.0
 
 
+def _outage(stop: Callable[[], None], start: Callable[[], None]) -> Callable[..., None]:
+    """A service down for the plan's outage, then back; recovery: until a job completes."""
+
+    def fault_action(soak: Soak, topology: Topology, fault: Fault) -> None:
+        stop()
+        began = time.monotonic()
+        try:
+            time.sleep(soak.plan.outage_s)
+        finally:
+            start()
+        fault.down_s = round(time.monotonic() - began, 1)
+        fault.recover_s = soak.wait_for_completion_after(time.monotonic())
+
+    return fault_action
+
+
 def _redis_stopped(soak: Soak, topology: Topology, fault: Fault) -> None:
-    soak.lab.redis.stop()
-    began = time.monotonic()
-    try:
-        time.sleep(soak.plan.outage_s)
-    finally:
-        soak.lab.redis.start()
-    fault.down_s = round(time.monotonic() - began, 1)
-    fault.recover_s = soak.wait_for_completion_after(time.monotonic())
+    _outage(soak.lab.redis.stop, soak.lab.redis.start)(soak, topology, fault)
 
 
 def _postgres_restarted(soak: Soak, topology: Topology, fault: Fault) -> None:
-    soak.lab.postgres.stop(mode="fast")
-    began = time.monotonic()
-    try:
-        time.sleep(soak.plan.outage_s)
-    finally:
-        soak.lab.postgres.start()
-    fault.down_s = round(time.monotonic() - began, 1)
-    fault.recover_s = soak.wait_for_completion_after(time.monotonic())
+    pg = soak.lab.postgres
+    _outage(lambda: pg.stop(mode="fast"), pg.start)(soak, topology, fault)
 
 
 def _relay_killed(soak: Soak, topology: Topology, fault: Fault) -> None:
