@@ -415,79 +415,75 @@ def _maintenance(
     }
 
 
+def _sweep(
+    index: ChunkIndex,
+    corpus: Corpus,
+    dataset_id: str,
+    questions: Sequence[str],
+    breadths: Sequence[int],
+    apply: Callable[[int], None],
+) -> dict[str, dict[str, float]]:
+    """Vector search of the large dataset at each walk breadth `apply` sets: p50, p95 and
+    recall@10 (how the breadth was chosen)."""
+    embedder = HashingEmbedder(DIMENSION)
+    vectors = [embedder.vector(q) for q in questions]
+    rows = np.nonzero(corpus.dataset_of == 0)[0]
+    tenth: list[float] = []
+    for start in range(0, len(vectors), 50):
+        block = np.stack(vectors[start : start + 50]) @ corpus.vectors[rows].T
+        tenth.extend((-np.partition(-block, TOP_K - 1, axis=1)[:, TOP_K - 1]).tolist())
+    out = {}
+    for breadth in breadths:
+        apply(breadth)
+        took, recall = [], []
+        for q, vector in enumerate(vectors):
+            began = time.perf_counter()
+            hits = index.search_vector(dataset_id, vector, TOP_K)
+            took.append((time.perf_counter() - began) * 1000)
+            recall.append(len([h for h in hits if h.score >= tenth[q] - 1e-5]) / TOP_K)
+        out[str(breadth)] = {
+            "p50": round(percentile(took, 50), 2),
+            "p95": round(percentile(took, 95), 2),
+            "recall": round(float(np.mean(recall)), 4),
+        }
+    return out
+
+
 EF_SWEEP = (128, 256, 512, 1024, 2048)
+PG_EF_SWEEP = (40, 100, 200, 400)
 
 
 def _ef_sweep(
     index: SqliteIndex, corpus: Corpus, dataset_id: str, questions: Sequence[str]
 ) -> dict[str, dict[str, float]]:
-    """Vector search of the large dataset at other breadths of the graph walk (`ef`): how
-    EXPANSION_SEARCH was chosen."""
+    """The graph's `ef` (EXPANSION_SEARCH)."""
     if not index.graphs.ready(dataset_key(dataset_id)):
         return {}
-    embedder = HashingEmbedder(DIMENSION)
-    vectors = [embedder.vector(q) for q in questions]
-    rows = np.nonzero(corpus.dataset_of == 0)[0]
-    tenth: list[float] = []
-    for start in range(0, len(vectors), 50):
-        block = np.stack(vectors[start : start + 50]) @ corpus.vectors[rows].T
-        tenth.extend((-np.partition(-block, TOP_K - 1, axis=1)[:, TOP_K - 1]).tolist())
-    out = {}
     graph = index.graphs._graphs[dataset_key(dataset_id)]
+
+    def apply(ef: int) -> None:
+        graph.index.expansion_search = ef  # type: ignore[misc]
+
     try:
-        for ef in EF_SWEEP:
-            graph.index.expansion_search = ef  # type: ignore[misc]
-            took, recall = [], []
-            for q, vector in enumerate(vectors):
-                began = time.perf_counter()
-                hits = index.search_vector(dataset_id, vector, TOP_K)
-                took.append((time.perf_counter() - began) * 1000)
-                good = len([hit for hit in hits if hit.score >= tenth[q] - 1e-5])
-                recall.append(good / TOP_K)
-            out[str(ef)] = {
-                "p50": round(percentile(took, 50), 2),
-                "p95": round(percentile(took, 95), 2),
-                "recall": round(float(np.mean(recall)), 4),
-            }
+        return _sweep(index, corpus, dataset_id, questions, EF_SWEEP, apply)
     finally:
-        graph.index.expansion_search = graphs.EXPANSION_SEARCH  # type: ignore[misc]
-    return out
-
-
-PG_EF_SWEEP = (40, 100, 200, 400)
+        apply(graphs.EXPANSION_SEARCH)
 
 
 def _pg_ef_sweep(
     index: PgVectorIndex, corpus: Corpus, dataset_id: str, questions: Sequence[str]
 ) -> dict[str, dict[str, float]]:
-    """Vector search of the large dataset at other walk breadths (`HNSW_EF_SEARCH`, before
-    the dataset's share divides it): how it was chosen."""
-    embedder = HashingEmbedder(DIMENSION)
-    vectors = [embedder.vector(q) for q in questions]
-    rows = np.nonzero(corpus.dataset_of == 0)[0]
-    tenth: list[float] = []
-    for start in range(0, len(vectors), 50):
-        block = np.stack(vectors[start : start + 50]) @ corpus.vectors[rows].T
-        tenth.extend((-np.partition(-block, TOP_K - 1, axis=1)[:, TOP_K - 1]).tolist())
-    out = {}
+    """pgvector's `hnsw.ef_search` for a whole table (HNSW_EF_SEARCH, before the dataset's
+    share divides it)."""
     chosen = pgvector.HNSW_EF_SEARCH
+
+    def apply(ef: int) -> None:
+        pgvector.HNSW_EF_SEARCH = ef
+
     try:
-        for ef in PG_EF_SWEEP:
-            pgvector.HNSW_EF_SEARCH = ef
-            took, recall = [], []
-            for q, vector in enumerate(vectors):
-                began = time.perf_counter()
-                hits = index.search_vector(dataset_id, vector, TOP_K)
-                took.append((time.perf_counter() - began) * 1000)
-                recall.append(len([h for h in hits if h.score >= tenth[q] - 1e-5]) / TOP_K)
-            out[str(ef)] = {
-                "p50": round(percentile(took, 50), 2),
-                "p95": round(percentile(took, 95), 2),
-                "recall": round(float(np.mean(recall)), 4),
-            }
+        return _sweep(index, corpus, dataset_id, questions, PG_EF_SWEEP, apply)
     finally:
-        pgvector.HNSW_EF_SEARCH = chosen
-    return out
+        apply(chosen)
 
 
 def _graph_settings() -> dict[str, Any]:
