@@ -139,7 +139,14 @@ def test_uploads_move_live_errors_are_explained_and_retrieval_is_tested(  # noqa
     attempts_before = failed.locator("td").nth(5).inner_text()
     page.get_by_role("button", name="Retry broken.pdf").click()
     row(page, "broken.pdf").locator("td").nth(5).filter(has_not_text=attempts_before).wait_for()
-    wait_status(page, "broken.pdf", "failed")
+    try:  # the rerun starts a fresh parser process: a busy machine may take a while
+        wait_status(page, "broken.pdf", "failed", 60)
+    except Exception as exc:  # say where it stood: the job's record and what the page showed
+        broken_id = row_id(page, "broken.pdf")
+        shown = [s for s in page.evaluate("window.__seen") if s["id"] == broken_id]
+        jobs = [j.model_dump(mode="json") for j in server.client().iter_jobs()]
+        said = f"the retried job did not fail again: page {shown}, jobs {jobs}"
+        raise AssertionError(said) from exc
     screenshot(page, "dataset")
 
     # the hostile name and text are shown as text and run nothing, on every page
