@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +25,7 @@ from knowledgeops.errors import (
 from knowledgeops.ingest.index.base import Hit, chunk_id
 from knowledgeops.ingest.index.terms import coverage, index_text, query_terms, query_words
 from knowledgeops.jobs.classify import classify
+from knowledgeops.lab.bench.passages import faq_pages
 from knowledgeops.lab.embedders import HashingEmbedder
 from knowledgeops.service.search import merge_scaled, score_fusion
 from knowledgeops.service.uploads import check_idempotency_key, display_name
@@ -269,6 +272,21 @@ def test_query_words_and_how_much_of_them_a_text_holds() -> None:
     assert coverage(["worker", "崩溃", "恢复"], "worker 进程崩溃后由心跳检测恢复") == 1.0
     assert coverage(["install", "debian", "laptop"], "Debian のパッケージ") == pytest.approx(1 / 3)
     assert coverage([], "anything") == 0.0
+
+
+def test_coverage_is_the_share_of_words_among_the_texts_index_terms() -> None:
+    """The fast path (CJK cut only when a CJK word occurs) against the definition, on the
+    Debian FAQ in its seven languages: a question is words of another page and of this one."""
+    pages = faq_pages(Path(__file__).resolve().parents[2] / "eval")
+    rng = random.Random(7)
+    for _ in range(600):
+        page, other = rng.choice(pages), rng.choice(pages)
+        start = rng.randrange(max(len(page) - 400, 1))
+        text = page[start : start + 400]
+        words = query_words(other[:40] + " " + text[100:130])
+        held = set(re.findall(r"\w+", index_text(text).lower()))
+        expected = sum(word in held for word in words) / len(words) if words else 0.0
+        assert coverage(words, text) == expected, (words, text)
 
 
 def test_rankings_of_two_models_merge_by_scores_scaled_within_each() -> None:

@@ -123,8 +123,22 @@ def _content(terms: list[str]) -> list[str]:
 
 
 def coverage(words: list[str], text: str) -> float:
-    """The share of `words` (query_words) that `text` holds as terms."""
+    """The share of `words` (query_words) that `text` holds as terms. The text's CJK runs are
+    cut (jieba, bigrams) only when a CJK word of the query occurs in it at all: its other
+    terms are its runs of other word characters, as index_text leaves them."""
     if not words:
         return 0.0
-    held = set(_WORD.findall(index_text(text).lower()))
-    return sum(1 for word in words if word in held) / len(words)
+    lowered = text.lower()
+    plain: set[str] | None = None
+    cut: set[str] | None = None
+    held = 0
+    for word in words:
+        if _CJK_RUN.search(word) is None:
+            if plain is None:
+                plain = {term for term in _TERM.findall(lowered) if not _CJK_RUN.match(term)}
+            held += word in plain
+        elif word in lowered:  # a term of a text is a piece of it: else it cannot be held
+            if cut is None:
+                cut = set(_WORD.findall(index_text(text).lower()))
+            held += word in cut
+    return held / len(words)
