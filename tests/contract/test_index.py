@@ -14,9 +14,10 @@ import pytest
 from knowledgeops.db.engine import Database
 from knowledgeops.ingest.index.base import ChunkIndex, IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.filters import SearchFilter
+from knowledgeops.ingest.index.keys import dataset_key
 from knowledgeops.ingest.index.memory import MemoryIndex
 from knowledgeops.ingest.index.pgvector import PgVectorIndex, PgVectorMissing
-from knowledgeops.ingest.index.sqlite import SqliteIndex, dataset_key
+from knowledgeops.ingest.index.sqlite import SqliteIndex
 from knowledgeops.lab.embedders import HashingEmbedder
 from tests.fixtures.rows import insert_dataset, insert_document
 
@@ -24,10 +25,13 @@ EMBED = HashingEmbedder(dimension=64)
 
 
 class Harness:
-    def __init__(self, index: ChunkIndex, db: Database | None, graphs: bool = False) -> None:
+    def __init__(
+        self, index: ChunkIndex, db: Database | None, graphs: bool = False, keywords: bool = False
+    ) -> None:
         self.index = index
         self.db = db
         self.graphs = graphs  # SQLite through its HNSW graphs, caught up before each search
+        self.keywords = keywords  # SQLite through its Tantivy index, caught up before each search
 
     @contextmanager
     def tx(self) -> Iterator[Any]:
@@ -99,6 +103,10 @@ class Harness:
             assert isinstance(self.index, SqliteIndex)
             self.index.graphs.want(dataset_key(dataset_id))
             assert self.index.graphs.caught_up()
+        if self.keywords:
+            assert isinstance(self.index, SqliteIndex)
+            self.index.keywords.want()
+            assert self.index.keywords.caught_up(timeout=60)
         if mode == "vector":
             hits = self.index.search_vector(dataset_id, EMBED.vector(query), k, where)
         else:
@@ -111,6 +119,7 @@ class Harness:
         "memory",
         "sqlite",
         "sqlite-graphs",
+        "sqlite-keywords",
         pytest.param("pgvector", marks=pytest.mark.postgres),
     ]
 )
@@ -123,9 +132,15 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
         db: Database = request.getfixturevalue("sqlite_db")
         # every dataset through a graph, however small
         graphs = request.param == "sqlite-graphs"
-        index = SqliteIndex(db, EMBED.dimension, graph_min_chunks=1 if graphs else 10**9)
+        keywords = request.param == "sqlite-keywords"  # and every keyword search through Tantivy
+        index = SqliteIndex(
+            db,
+            EMBED.dimension,
+            graph_min_chunks=1 if graphs else 10**9,
+            keyword_min_chunks=0 if keywords else 10**9,
+        )
         index.ensure()
-        yield Harness(index, db, graphs=graphs)
+        yield Harness(index, db, graphs=graphs, keywords=keywords)
         index.close()
         return
     db = request.getfixturevalue("pgvector_db")

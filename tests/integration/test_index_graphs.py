@@ -20,7 +20,8 @@ import pytest
 from knowledgeops.db.engine import Database
 from knowledgeops.ingest.index.base import IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.filters import SearchFilter
-from knowledgeops.ingest.index.sqlite import SqliteIndex, dataset_key, graph_folder
+from knowledgeops.ingest.index.keys import dataset_key
+from knowledgeops.ingest.index.sqlite import SqliteIndex, graph_folder
 from knowledgeops.lab.embedders import HashingEmbedder
 from tests.fixtures.rows import insert_dataset, insert_document
 

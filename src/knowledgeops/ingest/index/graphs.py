@@ -39,6 +39,7 @@ from sqlalchemy import Connection
 from usearch.index import Index
 
 from knowledgeops.db.engine import Database
+from knowledgeops.ingest.index.keywords import state_table
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,8 @@ class Graphs:
         self.db = db
         self.vec = vec
         self.log, self.snapshots = log_tables(vec)
+        # the keyword index (keywords.py) follows the same log: rows after its id stay
+        self.kept = f"coalesce((SELECT log_id FROM {state_table(vec)}), id)"
         self.dimension = dimension
         self.folder = folder
         self._graphs: dict[int, Graph] = {}
@@ -153,6 +156,19 @@ class Graphs:
                 )
                 self._thread.start()
         self._wake.set()
+
+    def logged(self) -> None:
+        """Log rows were written: prune the log now and then even when no graph is kept (a
+        knowledge base of small datasets would otherwise keep every row it ever logged)."""
+        if time.monotonic() - self._pruned_at < PRUNE_INTERVAL_S:
+            return
+        with self._state:
+            if self._thread is None or not self._thread.is_alive():
+                self._stop.clear()
+                self._thread = threading.Thread(
+                    target=self._run, name=f"kops-graphs-{self.vec}", daemon=True
+                )
+                self._thread.start()
 
     def ready(self, key: int) -> bool:
         return key in self._graphs
@@ -205,15 +221,17 @@ class Graphs:
     # --- the thread -----------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(POLL_S)
-            self._wake.clear()
-            if self._stop.is_set():
-                return
             try:
                 self._turn()
             except Exception:  # the database busy, a disk full: try again next turn
                 log.exception("keeping the vector graphs failed; trying again")
                 time.sleep(1.0)
+            with self._state:
+                if not self._wanted:  # started to prune the log (logged): done
+                    self._thread = None
+                    return
+            self._wake.wait(POLL_S)
+            self._wake.clear()
 
     def _turn(self) -> None:
         with self._state:
@@ -350,7 +368,9 @@ class Graphs:
             self._wanted.discard(graph.key)
         with self.db.write() as tx:
             tx.exec_driver_sql(f"DELETE FROM {self.snapshots} WHERE dataset_key = ?", (graph.key,))
-            tx.exec_driver_sql(f"DELETE FROM {self.log} WHERE dataset_key = ?", (graph.key,))
+            tx.exec_driver_sql(
+                f"DELETE FROM {self.log} WHERE dataset_key = ? AND id <= {self.kept}", (graph.key,)
+            )
         self._sweep(graph.key, keep=None)
 
     # --- snapshots ------------------------------------------------------------------------------
@@ -383,7 +403,8 @@ class Graphs:
                 (graph.key, applied, name, size),
             )
             tx.exec_driver_sql(
-                f"DELETE FROM {self.log} WHERE dataset_key = ? AND id <= ?", (graph.key, applied)
+                f"DELETE FROM {self.log} WHERE dataset_key = ? AND id <= ? AND id <= {self.kept}",
+                (graph.key, applied),
             )
         graph.changes = 0
         graph.saved_at = time.monotonic()
@@ -414,13 +435,16 @@ class Graphs:
                 tx.exec_driver_sql(f"SELECT dataset_key, log_id FROM {self.snapshots}").all()
             )
             floors = {**snapshots, **held}
-            keys = ",".join(str(int(key)) for key in floors) or "NULL"
+            keys = ",".join(str(int(key)) for key in floors)
+            others = f" AND dataset_key NOT IN ({keys})" if keys else ""
             tx.exec_driver_sql(
-                f"DELETE FROM {self.log} WHERE id <= ? AND dataset_key NOT IN ({keys})", (top,)
+                f"DELETE FROM {self.log} WHERE id <= ? AND id <= {self.kept}{others}", (top,)
             )
             for key, floor in floors.items():
                 tx.exec_driver_sql(
-                    f"DELETE FROM {self.log} WHERE dataset_key = ? AND id <= ?", (key, floor)
+                    f"DELETE FROM {self.log} WHERE dataset_key = ? AND id <= ? "
+                    f"AND id <= {self.kept}",
+                    (key, floor),
                 )
 
 

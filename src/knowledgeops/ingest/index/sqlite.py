@@ -12,14 +12,17 @@ database (graphs.py), every candidate scored exactly here against what is active
 and searches whose filter admits few chunks, are exact over the dataset's own rows (their cost
 grows with the dataset, not with the table). The changes a graph follows are logged by the
 writes below, in their own transactions.
+Once the whole table holds `KEYWORD_MIN_CHUNKS` active chunks, keyword searches go through a
+Tantivy index kept beside the database from the same log (keywords.py), its candidates kept here
+when active and admitted; FTS5 answers until it is built and whenever it cannot answer alone.
 The keyword table's name carries the version of the terms it holds (terms.py): a start that finds
 an older one fills the new one from the chunks' text and drops the old, in one transaction.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,6 +38,9 @@ from knowledgeops.errors import IndexUnavailable
 from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
 from knowledgeops.ingest.index.filters import SearchFilter, sqlite_where
 from knowledgeops.ingest.index.graphs import RESET, Graphs, candidates_for, create_tables
+from knowledgeops.ingest.index.keys import dataset_key
+from knowledgeops.ingest.index.keywords import KEYWORD_MIN_CHUNKS, Keywords
+from knowledgeops.ingest.index.keywords import create_table as create_keyword_table
 from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, query_terms
 
 SQLITE_MAX_VARS = 500  # ids per IN (...) list
@@ -47,11 +53,17 @@ KEYWORD_HEADROOM = 4  # the FTS table's best k · this are joined first (search_
 KEYWORD_MIN_HEAD = 100
 KEYWORD_MAX_HEAD = 4000
 GRAPH_MIN_CHUNKS = 5000  # a dataset's active chunks from which its search goes through a graph
+TABLE_CHUNKS_TTL_S = 60.0  # how long the table's count of active chunks is trusted
 
 
 class SqliteIndex:
     def __init__(
-        self, db: Database, dimension: int, *, graph_min_chunks: int = GRAPH_MIN_CHUNKS
+        self,
+        db: Database,
+        dimension: int,
+        *,
+        graph_min_chunks: int = GRAPH_MIN_CHUNKS,
+        keyword_min_chunks: int = KEYWORD_MIN_CHUNKS,
     ) -> None:
         if not db.is_sqlite:
             raise ValueError("SqliteIndex needs a SQLite database")
@@ -61,12 +73,17 @@ class SqliteIndex:
         self.legacy_vec = f"chunk_vectors_{dimension}"  # keyed by the dataset's id as text
         self.fts = f"{FTS_PREFIX}_v{TERMS_VERSION}"
         self.graph_min_chunks = graph_min_chunks
-        self.graphs = Graphs(db, self.vec, dimension, graph_folder(db))
+        self.graphs = Graphs(db, self.vec, dimension, side_folder(db, "graphs"))
         self.log = self.graphs.log
+        self.keyword_min_chunks = keyword_min_chunks
+        self.keywords = Keywords(db, self.vec, self.log, side_folder(db, "keywords"))
+        self._table_chunks: tuple[float, int] = (-TABLE_CHUNKS_TTL_S, 0)  # (when, how many)
 
     def close(self) -> None:
-        """Stop keeping the graphs (they are snapshotted, so the next start loads them)."""
+        """Stop keeping the graphs (they are snapshotted, so the next start loads them) and the
+        keyword index (committed: the next start opens it)."""
         self.graphs.close()
+        self.keywords.close()
 
     def ensure(self) -> None:
         """Create the virtual tables if they are missing (idempotent; runs at start-up)."""
@@ -77,6 +94,8 @@ class SqliteIndex:
                 "dataset_key integer, active integer)"
             )
             create_tables(conn, self.vec)
+            create_keyword_table(conn, self.vec)
+            kept = conn.exec_driver_sql(f"SELECT 1 FROM {self.keywords.state}").first()
             self._move_legacy_vectors(conn)
             older = [
                 row[0]
@@ -94,6 +113,8 @@ class SqliteIndex:
                 self._rebuild_keywords(conn)
                 for name in older:
                     conn.exec_driver_sql(f"DROP TABLE {name}")
+        if kept is not None:  # a keyword index was made: follow the log from the start
+            self.keywords.want()
 
     def _move_legacy_vectors(self, conn: Connection) -> None:
         found = conn.exec_driver_sql(
@@ -136,16 +157,17 @@ class SqliteIndex:
             last = rows[-1][0]
 
     def verify(self) -> None:
-        """The two virtual tables exist (`ensure` makes them)."""
+        """The index's tables exist (`ensure` makes them)."""
+        tables = (self.vec, self.fts, self.log, self.graphs.snapshots, self.keywords.state)
         with self.db.read() as conn:
             found = {
                 row[0]
                 for row in conn.exec_driver_sql(
-                    "SELECT name FROM sqlite_master WHERE name IN (?, ?, ?, ?)",
-                    (self.vec, self.fts, self.log, self.graphs.snapshots),
+                    f"SELECT name FROM sqlite_master WHERE name IN ({','.join('?' * len(tables))})",
+                    (*tables,),
                 )
             }
-        missing = sorted({self.vec, self.fts, self.log, self.graphs.snapshots} - found)
+        missing = sorted(set(tables) - found)
         if missing:
             raise IndexUnavailable(
                 f"the index tables {', '.join(missing)} do not exist: run `kops migrate`"
@@ -249,6 +271,7 @@ class SqliteIndex:
                 f"INSERT INTO {self.log} (dataset_key, seq, added) VALUES (?, ?, ?)",
                 [(key, seq, int(added)) for seq in seqs],
             )
+            self.graphs.logged()
 
     def _log_active_removed(self, tx: Connection, seqs: Sequence[int], key: int) -> None:
         for part in _parts(seqs):
@@ -385,7 +408,8 @@ class SqliteIndex:
     def search_keyword(
         self, dataset_id: str, query: str, k: int, where: SearchFilter | None = None
     ) -> list[Hit]:
-        """The best chunks by BM25. Ranking every chunk that holds a word of the question is
+        """The best chunks by BM25: through the Tantivy index once the table is large
+        (keywords.py), else FTS5's. Ranking every chunk that holds a word of the question is
         FTS5's own work; joining each of them to its chunk and document to keep those of this
         dataset's active generations cost as much again (10,000 chunks: 10 ms, then 19). So
         the FTS table's best `k · KEYWORD_HEADROOM` are taken first and joined: when at least k
@@ -394,6 +418,10 @@ class SqliteIndex:
         terms = query_terms(query)
         if not terms:
             return []
+        if self._keywords_wanted():
+            found = self._keyword_index(dataset_id, terms, k, where)
+            if found is not None:
+                return found
         match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
         if where is None or where.empty:
             headroom = min(max(k * KEYWORD_HEADROOM, KEYWORD_MIN_HEAD), KEYWORD_MAX_HEAD)
@@ -414,6 +442,58 @@ class SqliteIndex:
                 tuple(params),
             ).all()
         return [Hit(*row) for row in rows]
+
+    def _keywords_wanted(self) -> bool:
+        """Whether searches go through the keyword index: once it is made, or once the table
+        holds `keyword_min_chunks` active chunks (counted again every minute)."""
+        if self.keywords.ready:
+            return True
+        when, count = self._table_chunks
+        if time.monotonic() - when >= TABLE_CHUNKS_TTL_S:
+            with self.db.read() as conn:
+                count = int(
+                    conn.exec_driver_sql(
+                        "SELECT coalesce(sum(chunk_count), 0) FROM documents "
+                        "WHERE active_generation IS NOT NULL"
+                    ).scalar()
+                    or 0
+                )
+            self._table_chunks = (time.monotonic(), count)
+        return count >= self.keyword_min_chunks
+
+    def _keyword_index(
+        self, dataset_id: str, terms: list[str], k: int, where: SearchFilter | None
+    ) -> list[Hit] | None:
+        """The best k by the keyword index's candidates, kept when active and admitted; None
+        when the index cannot answer alone (not built, far behind, short under a filter)."""
+        with self.db.read() as conn:
+            share = 1.0
+            if where is not None and not where.empty:
+                admitted = self._active_chunks(conn, dataset_id, where)
+                if admitted == 0:
+                    return []
+                share = admitted / max(self._active_chunks(conn, dataset_id, None), 1)
+            want = int(min(max(k * KEYWORD_HEADROOM, KEYWORD_MIN_HEAD) / share, KEYWORD_MAX_HEAD))
+            found = self.keywords.candidates(conn, dataset_key(dataset_id), terms, want)
+            if found is None:
+                return None
+            scores = dict(found.scored)
+            params: list[Any] = [json.dumps(list(scores)), dataset_id]
+            conditions = sqlite_where(where, params)
+            rows = conn.exec_driver_sql(
+                "SELECT c.seq, c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "
+                "c.section FROM chunks c JOIN documents d ON d.id = c.document_id "
+                "AND d.active_generation = c.generation "
+                f"WHERE c.seq IN (SELECT value FROM json_each(?)) AND c.dataset_id = ?{conditions}",
+                tuple(params),
+            ).all()
+        best = sorted(rows, key=lambda row: (-scores[row[0]], row[0]))[:k]
+        if len(best) < k and found.ranked >= want:  # more may pass below these: FTS5 decides
+            return None
+        return [
+            Hit(row[1], row[2], row[3], row[4], row[5], row[6], row[7], scores[row[0]])
+            for row in best
+        ]
 
     def _keyword_head(
         self, dataset_id: str, match: str, k: int, headroom: int
@@ -445,20 +525,18 @@ class SqliteIndex:
         return hits, len(head)
 
 
-def graph_folder(db: Database) -> Path | None:
-    """Where the graphs' snapshots live: `<database file>.graphs/` (none for a database in
-    memory)."""
+def side_folder(db: Database, kind: str) -> Path | None:
+    """Where the index's side structures live beside the database file: `<file>.graphs/`
+    (the graphs' snapshots), `<file>.keywords/` (the keyword index); none for a database in
+    memory."""
     name = make_url(db.url).database
     if not name or name == ":memory:" or name.startswith("file::memory:"):
         return None
-    return Path(name).with_name(Path(name).name + ".graphs")
+    return Path(name).with_name(f"{Path(name).name}.{kind}")
 
 
-def dataset_key(dataset_id: str) -> int:
-    """The dataset's key in the vector table: 64 bits of a hash of its id (signed, as SQLite's
-    integers are)."""
-    digest = hashlib.blake2b(dataset_id.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little", signed=True)
+def graph_folder(db: Database) -> Path | None:
+    return side_folder(db, "graphs")
 
 
 def _blob(vector: npt.NDArray[np.float32]) -> bytes:

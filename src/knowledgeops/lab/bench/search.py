@@ -44,8 +44,9 @@ from knowledgeops.db.schema import datasets, documents
 from knowledgeops.ingest.index import graphs, pgvector
 from knowledgeops.ingest.index.base import ChunkIndex, Hit, IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.filters import SearchFilter
+from knowledgeops.ingest.index.keys import dataset_key
 from knowledgeops.ingest.index.pgvector import PgVectorIndex
-from knowledgeops.ingest.index.sqlite import SqliteIndex, dataset_key
+from knowledgeops.ingest.index.sqlite import SqliteIndex
 from knowledgeops.lab.bench.endtoend import percentile
 from knowledgeops.lab.bench.memory import rss_mb
 from knowledgeops.lab.bench.passages import Passages, faq_pages
@@ -294,6 +295,48 @@ def _kept_chunks(db: Database) -> int:
     return int(found or 0)
 
 
+def _build_side_indexes(
+    figures: SearchFigures,
+    index: SqliteIndex,
+    db: Database,
+    folder: Path,
+    dataset_ids: Sequence[str],
+    *,
+    reuse: bool,
+) -> None:
+    """Build the graphs and the keyword index from the database, as at a first start, and time
+    them."""
+    chunks = figures.chunks
+    if reuse:
+        with db.write() as tx:
+            tx.exec_driver_sql(f"DELETE FROM {index.graphs.snapshots}")
+            tx.exec_driver_sql(f"DELETE FROM {index.keywords.state}")
+        shutil.rmtree(folder / "kops.db.graphs", ignore_errors=True)
+        shutil.rmtree(folder / "kops.db.keywords", ignore_errors=True)
+    before = rss_mb(os.getpid())
+    began = time.perf_counter()
+    if chunks >= index.graph_min_chunks:
+        for dataset_id in dataset_ids:
+            index.graphs.want(dataset_key(dataset_id))
+        if not index.graphs.caught_up(timeout=3600):
+            raise RuntimeError("the graphs were not built within an hour")
+    figures.index_build_s = round(time.perf_counter() - began, 1)
+    figures.index_memory_mb = round(index.graphs.memory_bytes() / 1e6, 1)
+    began = time.perf_counter()
+    if chunks >= index.keyword_min_chunks:
+        index.keywords.want()
+        if not index.keywords.caught_up(timeout=3600):
+            raise RuntimeError("the keyword index was not built within an hour")
+    figures.settings["keyword_build_s"] = round(time.perf_counter() - began, 1)
+    figures.settings = {
+        **figures.settings,
+        "graph_min_chunks": index.graph_min_chunks,
+        "keyword_min_chunks": index.keyword_min_chunks,
+        "rss_growth_mb": round(rss_mb(os.getpid()) - before, 1),
+        **_graph_settings(),
+    }
+
+
 def bench_embedded(
     root: Path, chunks: int, questions: list[str], keep: Path | None = None
 ) -> SearchFigures:
@@ -305,36 +348,19 @@ def bench_embedded(
     db = Database(f"sqlite:///{folder / 'kops.db'}")
     try:
         upgrade(db.engine)
-        index = SqliteIndex(db, DIMENSION)
-        index.ensure()
         reuse = keep is not None and _kept_chunks(db) == chunks
         if keep is not None and not reuse and _kept_chunks(db):
             raise ValueError(f"{keep} holds another corpus: give an empty folder")
+        index = SqliteIndex(db, DIMENSION)
+        if not reuse:  # (on a kept one it would open the keyword index, timed below instead)
+            index.ensure()
         dataset_ids = _datasets(db, write=not reuse)
         passages = Passages(faq_pages(root), DIMENSION)
         began = time.perf_counter()
         corpus = _write(index, db, passages, chunks, dataset_ids, write=not reuse)
         figures.write_s = round(time.perf_counter() - began, 1)
         figures.settings["reused_database"] = reuse
-        if reuse:  # the graphs are timed from the database, as at a first start
-            with db.write() as tx:
-                tx.exec_driver_sql(f"DELETE FROM {index.graphs.snapshots}")
-            shutil.rmtree(folder / "kops.db.graphs", ignore_errors=True)
-        before = rss_mb(os.getpid())
-        began = time.perf_counter()
-        if chunks >= index.graph_min_chunks:
-            for dataset_id in dataset_ids:
-                index.graphs.want(dataset_key(dataset_id))
-            if not index.graphs.caught_up(timeout=3600):
-                raise RuntimeError("the graphs were not built within an hour")
-        figures.index_build_s = round(time.perf_counter() - began, 1)
-        figures.index_memory_mb = round(index.graphs.memory_bytes() / 1e6, 1)
-        figures.settings = {
-            **figures.settings,
-            "graph_min_chunks": index.graph_min_chunks,
-            "rss_growth_mb": round(rss_mb(os.getpid()) - before, 1),
-            **_graph_settings(),
-        }
+        _build_side_indexes(figures, index, db, folder, dataset_ids, reuse=reuse)
         index.close()  # writes the snapshots: their size is part of the disk
         index = SqliteIndex(db, DIMENSION)
         for dataset_id in dataset_ids:
@@ -342,8 +368,18 @@ def bench_embedded(
         began = time.perf_counter()
         index.graphs.caught_up(timeout=600)
         figures.settings["graph_load_s"] = round(time.perf_counter() - began, 1)
+        if chunks >= index.keyword_min_chunks:
+            began = time.perf_counter()
+            index.keywords.want()
+            index.keywords.caught_up(timeout=600)
+            figures.settings["keyword_open_s"] = round(time.perf_counter() - began, 1)
+            figures.settings["keyword_disk_mb"] = round(_folder_mb(folder / "kops.db.keywords"), 1)
         figures.disk_mb = round(_folder_mb(folder), 1)
         _measure(figures, index, corpus, dataset_ids, questions, HashingEmbedder(DIMENSION))
+        if index.keywords.ready:
+            figures.settings["keyword_agreement"] = _keyword_agreement(
+                index, db, dataset_ids, questions
+            )
         figures.settings["ef_sweep"] = _ef_sweep(index, corpus, dataset_ids[0], questions)
         if index.graphs.ready(dataset_key(dataset_ids[0])):
             figures.settings["maintenance"] = _maintenance(index, db, passages, dataset_ids[0])
@@ -353,6 +389,28 @@ def bench_embedded(
         if keep is None:
             shutil.rmtree(folder, ignore_errors=True)
     return figures
+
+
+AGREEMENT_QUESTIONS = 40
+
+
+def _keyword_agreement(
+    index: SqliteIndex, db: Database, dataset_ids: Sequence[str], questions: Sequence[str]
+) -> dict[str, float]:
+    """How much of FTS5's top 10 (BM25 over the same chunks, what searches used before the
+    keyword index) the keyword index's top 10 holds, per dataset, on the first questions."""
+    fts5 = SqliteIndex(db, DIMENSION, keyword_min_chunks=2**62)  # never through Tantivy
+    agreement: dict[str, float] = {}
+    for name, dataset_id in zip(("large", "small"), dataset_ids, strict=True):
+        shares = []
+        for question in questions[:AGREEMENT_QUESTIONS]:
+            theirs = {hit.chunk_id for hit in fts5.search_keyword(dataset_id, question, TOP_K)}
+            if not theirs:
+                continue
+            ours = {hit.chunk_id for hit in index.search_keyword(dataset_id, question, TOP_K)}
+            shares.append(len(ours & theirs) / len(theirs))
+        agreement[name] = round(float(np.mean(shares)), 3) if shares else 0.0
+    return agreement
 
 
 OVERHEAD_DOCUMENTS = 40  # written as jobs write them, to time what the graphs add to it
@@ -388,7 +446,8 @@ def _maintenance(
 
     key = dataset_key(dataset_id)
     graph = index.graphs._graphs[key]
-    index.graphs.close()  # the thread stops: the writes are timed alone
+    index.graphs.close()  # the threads stop: the writes are timed alone
+    index.keywords.close()
     keep_log = index._log
     logged, plain = [], []
     written = 0
@@ -410,6 +469,12 @@ def _maintenance(
     apply_s = time.perf_counter() - began
     apply_cpu = time.thread_time() - began_cpu
     per_chunk_ms = 1000 * apply_cpu / written
+    keyword_ms = None
+    if index.keywords.ready:  # its commits run in Tantivy's threads: the process's CPU
+        began_cpu = time.process_time()
+        while index.keywords._apply():
+            pass
+        keyword_ms = 1000 * (time.process_time() - began_cpu) / written
     with db.write() as tx:  # a kept database holds the corpus alone again
         for document_id in made:
             index.delete_document(tx, document_id)
@@ -424,6 +489,16 @@ def _maintenance(
         # of the CPU the real model spends per chunk on 2 cores
         "graph_share_of_real_ingestion_pct": round(
             100 * per_chunk_ms / (2000 / REAL_MODEL_CHUNKS_PER_S), 2
+        ),
+        **(
+            {}
+            if keyword_ms is None
+            else {
+                "keyword_apply_cpu_ms_per_chunk": round(keyword_ms, 3),
+                "keyword_share_of_real_ingestion_pct": round(
+                    100 * keyword_ms / (2000 / REAL_MODEL_CHUNKS_PER_S), 2
+                ),
+            }
         ),
     }
 

@@ -1,0 +1,400 @@
+"""The embedded index's keyword index at scale: Tantivy beside the SQLite database, never trusted
+on its own (docs/architecture.md: Keyword search at a million chunks).
+
+SQLite's FTS5 ranks every chunk that holds a word of the question, in every dataset, before a
+search can keep its own dataset's best: at a million chunks that is a second a search. Tantivy
+(a Rust Lucene, its BM25 with block-max WAND) reads only what can reach the top, and holds the
+dataset as a term, so a search asks for `+dataset +(word word …)` and gets its best in
+milliseconds. Below `KEYWORD_MIN_CHUNKS` chunks in the whole table FTS5 is fast enough and this
+index is not made.
+
+The database stays the truth, as for the graphs (graphs.py): the index follows the same vector
+log (`<vector table>_log`: chunks activated, chunks dropped, a dataset reset), applied by one
+background thread in log order and committed; the last log row a commit holds is written to
+`<vector table>_keywords` after the commit, so a crash between the two only replays rows (an
+add deletes the seq's document first: replaying is harmless). The graphs' pruning keeps every
+log row after that id. A search:
+
+- takes Tantivy's best candidates of the dataset (more when a filter admits a small share);
+- adds the chunks logged as added since the last commit, scored by the same BM25 formula in
+  Python with the index's statistics (a completed job is found at once);
+- keeps those that are active now and pass the filter, joined in SQL in one read transaction
+  (a stale generation or a deleted document the index still holds cannot answer).
+
+When the index is not built yet, is far behind, or the candidates run short under a filter,
+FTS5 answers exactly as before. The terms are `terms.index_text`'s (CJK cut into words and
+bigrams), lower-cased, Latin diacritics removed and split on what is not a letter or a digit:
+what FTS5's `unicode61 remove_diacritics 2` makes of the same text.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import shutil
+import threading
+import time
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import tantivy
+from sqlalchemy import Connection
+
+from knowledgeops.db.engine import Database
+from knowledgeops.ingest.index.keys import dataset_key
+from knowledgeops.ingest.index.terms import index_text
+
+log = logging.getLogger(__name__)
+
+KEYWORD_MIN_CHUNKS = 20_000  # active chunks in the whole table from which searches use Tantivy
+PENDING_MAX = 2000  # logged changes a search scores itself; more: FTS5
+APPLY_BATCH = 5000  # log rows applied per commit
+READ_BATCH = 5000  # chunks read per fetch while building
+WRITER_HEAP = 64_000_000  # bytes; one indexing thread
+COMMIT_EVERY_S = 1.0  # at most one commit a second while changes arrive
+POLL_S = 0.5
+RESET = -1  # the log's seq of a dataset deleted whole (graphs.RESET)
+K1, B = 1.2, 0.75  # Tantivy's BM25 (and FTS5's)
+_TOKEN = re.compile(r"[^\W_]+")
+_MARKS = re.compile("[\u0300-\u036f]+")  # combining diacritics of Latin, Greek, Cyrillic
+
+
+def state_table(vec: str) -> str:
+    return f"{vec}_keywords"
+
+
+def create_table(conn: Connection, vec: str) -> None:
+    conn.exec_driver_sql(
+        f"CREATE TABLE IF NOT EXISTS {state_table(vec)} (id INTEGER PRIMARY KEY CHECK (id = 1), "
+        "log_id INTEGER NOT NULL, docs INTEGER NOT NULL, tokens INTEGER NOT NULL)"
+    )
+
+
+def tokens(text: str) -> list[str]:
+    """The terms the index holds of a chunk's text."""
+    lowered = index_text(text).lower()
+    if not lowered.isascii():
+        bare = _MARKS.sub("", unicodedata.normalize("NFD", lowered))
+        lowered = unicodedata.normalize("NFC", bare)
+    return _TOKEN.findall(lowered)
+
+
+def query_tokens(terms: Iterable[str]) -> list[str]:
+    """`terms.query_terms` as index terms (a term may split in two: "e-mail")."""
+    found: list[str] = []
+    for term in terms:
+        found.extend(tokens(term))
+    return list(dict.fromkeys(found))
+
+
+def _schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("text", stored=False, tokenizer_name="whitespace", index_option="freq")
+    builder.add_integer_field("seq", indexed=True, fast=True)
+    builder.add_integer_field("dataset", indexed=True)
+    return builder.build()
+
+
+@dataclass(frozen=True)
+class Candidates:
+    scored: list[tuple[int, float]]  # (seq, BM25), best first
+    ranked: int  # how many the index itself returned (fewer than asked: every match was seen)
+
+
+@dataclass(frozen=True)
+class View:
+    """A committed state of the index: its searcher and the last log row it holds."""
+
+    searcher: tantivy.Searcher
+    applied: int
+    mean_tokens: float  # of the chunks indexed, for the pending chunks' BM25
+
+
+class Keywords:
+    """The Tantivy index of one SQLite index's chunks, and the thread that keeps it."""
+
+    def __init__(self, db: Database, vec: str, log_table: str, folder: Path | None) -> None:
+        self.db = db
+        self.log = log_table
+        self.state = state_table(vec)
+        self.folder = folder
+        self.schema = _schema()
+        self._index: tantivy.Index | None = None
+        self._writer: tantivy.IndexWriter | None = None
+        self._view: View | None = None
+        self._docs = 0
+        self._tokens = 0
+        self._lock = threading.Lock()  # the thread's start and stop
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.builds = 0  # indexes built from the database (not opened): tests and bench
+
+    # --- searches -------------------------------------------------------------------------------
+    def want(self) -> None:
+        """Build (or open) the index and follow the log, from now on."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._stop.clear()
+                self._thread = threading.Thread(target=self._run, name="kops-keywords", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    @property
+    def ready(self) -> bool:
+        return self._view is not None
+
+    def candidates(
+        self, conn: Connection, key: int, terms: Sequence[str], want: int
+    ) -> Candidates | None:
+        """(seq, BM25) of the dataset `key`'s best `want` chunks for `terms`, and of the chunks
+        logged as added since the last commit that hold one of them, read in `conn`'s
+        transaction. None when the index is not ready or too far behind (FTS5 answers)."""
+        view = self._view
+        if view is None:
+            self.want()
+            return None
+        words = query_tokens(terms)
+        if not words:
+            return Candidates([], 0)
+        pending = conn.exec_driver_sql(
+            f"SELECT seq, added FROM {self.log} WHERE dataset_key = ? AND id > ? "
+            "ORDER BY id LIMIT ?",
+            (key, view.applied, PENDING_MAX + 1),
+        ).all()
+        if pending:
+            self._wake.set()
+        if len(pending) > PENDING_MAX or any(seq == RESET for seq, _ in pending):
+            return None
+        should = [
+            (tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "text", word))
+            for word in words
+        ]
+        query = tantivy.Query.boolean_query(
+            [
+                (tantivy.Occur.Must, tantivy.Query.term_query(self.schema, "dataset", key)),
+                (tantivy.Occur.Must, tantivy.Query.boolean_query(should)),
+            ]
+        )
+        found = view.searcher.search(query, want, count=False)
+        seqs = view.searcher.fast_field_values("seq", [address for _, address in found.hits])
+        scored = {
+            int(seq or 0): float(score) for seq, (score, _) in zip(seqs, found.hits, strict=True)
+        }
+        added = [seq for seq, is_added in pending if is_added]
+        scored.update(self._score_pending(conn, view, words, added))
+        best = sorted(scored.items(), key=lambda item: (-item[1], item[0]))
+        return Candidates(best, len(found.hits))
+
+    def _score_pending(
+        self, conn: Connection, view: View, words: list[str], seqs: list[int]
+    ) -> dict[int, float]:
+        """BM25 as Tantivy computes it (its idf, k1 1.2, b 0.75), with the index's document
+        counts and mean length, for chunks the index does not hold yet."""
+        if not seqs:
+            return {}
+        marks = ",".join("?" * len(seqs))
+        rows = conn.exec_driver_sql(
+            f"SELECT seq, text FROM chunks WHERE seq IN ({marks})", tuple(dict.fromkeys(seqs))
+        ).all()
+        held = {int(seq): tokens(body) for seq, body in rows}
+        # the statistics as they will be once these chunks are in the index
+        total = view.searcher.num_docs + len(held)
+        idf = {}
+        for word in words:
+            df = view.searcher.doc_freq("text", word) + sum(word in t for t in held.values())
+            idf[word] = math.log(1.0 + (total - df + 0.5) / (df + 0.5))
+        scored: dict[int, float] = {}
+        for seq, terms in held.items():
+            counts: dict[str, int] = {}
+            for term in terms:
+                if term in idf:
+                    counts[term] = counts.get(term, 0) + 1
+            if not counts:
+                continue
+            norm = K1 * (1.0 - B + B * len(terms) / max(view.mean_tokens, 1.0))
+            scored[seq] = sum(
+                idf[word] * tf * (K1 + 1.0) / (tf + norm) for word, tf in counts.items()
+            )
+        return scored
+
+    def caught_up(self, timeout: float = 600.0) -> bool:
+        """Wait until the index exists and holds the whole log (tests, bench)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            view = self._view
+            if view is not None:
+                with self.db.read() as conn:
+                    newer = conn.exec_driver_sql(
+                        f"SELECT 1 FROM {self.log} WHERE id > ? LIMIT 1", (view.applied,)
+                    ).first()
+                if newer is None:
+                    return True
+            self._wake.set()
+            time.sleep(0.05)
+        return False
+
+    def close(self) -> None:
+        """Stop the thread; what is committed stays (the next start opens it)."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stop.set()
+            self._wake.set()
+            thread.join(timeout=120)
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.wait_merging_threads()
+
+    # --- the thread -----------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self._view is None and not self._open():
+                    self._build()
+                applied = self._apply() if self._view is not None else 0
+            except Exception:  # the database busy, a disk full: try again
+                log.exception("keeping the keyword index failed; trying again")
+                self._stop.wait(1.0)
+                continue
+            if applied >= APPLY_BATCH:  # behind: on at once
+                continue
+            if applied:  # changes arrive: gather a second's worth into the next commit
+                self._stop.wait(COMMIT_EVERY_S)
+                continue
+            self._wake.wait(POLL_S)
+            self._wake.clear()
+
+    def _open(self) -> bool:
+        """The committed index on disk, when there is one and the database knows how far it
+        got: then the log rows after that are applied."""
+        with self.db.read() as conn:
+            row = conn.exec_driver_sql(f"SELECT log_id, docs, tokens FROM {self.state}").first()
+        if row is None or self.folder is None or not self.folder.is_dir():
+            return False
+        if not tantivy.Index.exists(str(self.folder)):
+            return False
+        try:
+            index = tantivy.Index.open(str(self.folder))
+            index.searcher()
+        except Exception as exc:
+            log.warning("the keyword index in %s does not open (%s): rebuilding", self.folder, exc)
+            return False
+        writer = index.writer(heap_size=WRITER_HEAP, num_threads=1)  # busy: raises, tried again
+        self._index, self._writer = index, writer
+        self._docs, self._tokens = int(row[1]), int(row[2])
+        self._publish(int(row[0]))
+        return True
+
+    def _build(self) -> None:
+        """The index of every active chunk as the database holds it now; the log rows after the
+        state row written first are applied next (some twice: harmless)."""
+        index = self._fresh()
+        writer = index.writer(heap_size=WRITER_HEAP, num_threads=1)
+        self._docs = self._tokens = 0
+        with self.db.write() as tx:  # from here the graphs keep every newer log row
+            top = int(
+                tx.exec_driver_sql(f"SELECT coalesce(max(id), 0) FROM {self.log}").scalar() or 0
+            )
+            self._write_state(tx, top)
+        docs = words = 0
+        keys: dict[str, int] = {}
+        with self.db.read() as conn:
+            rows = conn.exec_driver_sql(
+                "SELECT c.seq, c.dataset_id, c.text FROM chunks c JOIN documents d "
+                "ON d.id = c.document_id AND d.active_generation = c.generation"
+            )
+            while batch := rows.fetchmany(READ_BATCH):
+                if self._stop.is_set():
+                    return
+                for seq, dataset, body in batch:
+                    key = keys.get(dataset)
+                    if key is None:
+                        key = keys[dataset] = dataset_key(dataset)
+                    held = tokens(body)
+                    writer.add_document(
+                        tantivy.Document(text=" ".join(held), seq=int(seq), dataset=key)
+                    )
+                    docs += 1
+                    words += len(held)
+        writer.commit()
+        self._index, self._writer = index, writer
+        self._docs, self._tokens = docs, words
+        with self.db.write() as tx:
+            self._write_state(tx, top)
+        self._publish(top)
+        self.builds += 1
+
+    def _fresh(self) -> tantivy.Index:
+        if self.folder is None:
+            return tantivy.Index(self.schema)
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder.mkdir(parents=True)
+        return tantivy.Index(self.schema, path=str(self.folder))
+
+    def _apply(self) -> int:
+        """Apply the next log rows and commit; how many there were."""
+        view, index = self._view, self._index
+        assert view is not None
+        assert index is not None
+        if self._writer is None:  # closed (close()) and followed again
+            self._writer = index.writer(heap_size=WRITER_HEAP, num_threads=1)
+        writer = self._writer
+        with self.db.read() as conn:
+            rows = conn.exec_driver_sql(
+                f"SELECT id, dataset_key, seq, added FROM {self.log} WHERE id > ? "
+                "ORDER BY id LIMIT ?",
+                (view.applied, APPLY_BATCH),
+            ).all()
+            if not rows:
+                return 0
+            texts = _texts(conn, [seq for _, _, seq, added in rows if added])
+        for _, key, seq, added in rows:
+            if seq == RESET:
+                writer.delete_documents_by_term("dataset", int(key))
+                continue
+            writer.delete_documents_by_term("seq", int(seq))
+            body = texts.get(seq) if added else None
+            if body is not None:  # an add whose chunk is gone since: a later row removes it
+                held = tokens(body)
+                writer.add_document(
+                    tantivy.Document(text=" ".join(held), seq=int(seq), dataset=int(key))
+                )
+                self._docs += 1
+                self._tokens += len(held)
+        writer.commit()
+        applied = int(rows[-1][0])
+        with self.db.write() as tx:
+            self._write_state(tx, applied)
+        self._publish(applied)
+        return len(rows)
+
+    def _write_state(self, tx: Connection, applied: int) -> None:
+        tx.exec_driver_sql(
+            f"INSERT INTO {self.state} (id, log_id, docs, tokens) VALUES (1, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET log_id = excluded.log_id, docs = excluded.docs, "
+            "tokens = excluded.tokens",
+            (applied, self._docs, self._tokens),
+        )
+
+    def _publish(self, applied: int) -> None:
+        assert self._index is not None
+        self._index.reload()
+        mean = self._tokens / self._docs if self._docs else 1.0
+        self._view = View(self._index.searcher(), applied, mean)
+
+
+def _texts(conn: Connection, seqs: Sequence[int]) -> dict[int, str]:
+    found: dict[int, str] = {}
+    unique = list(dict.fromkeys(seqs))
+    for start in range(0, len(unique), 500):
+        part = unique[start : start + 500]
+        marks = ",".join("?" * len(part))
+        rows = conn.exec_driver_sql(
+            f"SELECT seq, text FROM chunks WHERE seq IN ({marks})", tuple(part)
+        )
+        found.update({int(seq): str(body) for seq, body in rows})
+    return found

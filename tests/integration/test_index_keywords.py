@@ -1,0 +1,243 @@
+"""The embedded keyword index at scale (ingest/index/keywords.py: Tantivy beside SQLite) against a
+real SQLite database and a real Tantivy index on disk: its searches answer without FTS5, a
+chunk activated a moment ago is found before the index holds it, nothing dropped by the
+database answers, a restart opens the committed index and replays the log (a damaged one is
+rebuilt), and the graphs' pruning keeps the log rows it still needs."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from knowledgeops.db.engine import Database
+from knowledgeops.ingest.index.filters import SearchFilter
+from knowledgeops.ingest.index.keywords import tokens
+from knowledgeops.ingest.index.sqlite import SqliteIndex, side_folder
+from tests.fixtures.rows import insert_dataset, insert_document
+from tests.integration.test_index_graphs import EMBED, write
+
+WORDS = [f"w{n}" for n in range(300)]
+
+
+def texts(seed: int, count: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, size=15)) for _ in range(count)]
+
+
+def make(db: Database) -> SqliteIndex:
+    index = SqliteIndex(db, EMBED.dimension, graph_min_chunks=10**9, keyword_min_chunks=0)
+    index.ensure()
+    return index
+
+
+def kept(index: SqliteIndex) -> None:
+    """The index built and holding the whole log."""
+    index.keywords.want()
+    assert index.keywords.caught_up(timeout=60)
+
+
+def without_fts(index: SqliteIndex) -> None:
+    """Empty FTS5's table: whatever a keyword search finds now, Tantivy found."""
+    with index.db.write() as tx:
+        tx.exec_driver_sql(f"DELETE FROM {index.fts}")
+
+
+def found(index: SqliteIndex, dataset: str, query: str, k: int = 5, where=None) -> list[str]:
+    return [hit.text for hit in index.search_keyword(dataset, query, k, where)]
+
+
+@pytest.fixture
+def setup(sqlite_db: Database):
+    index = make(sqlite_db)
+    with sqlite_db.write() as conn:
+        dataset = insert_dataset(conn)
+    yield index, dataset
+    index.close()
+
+
+def test_searches_answer_from_tantivy_within_their_dataset(setup) -> None:
+    index, dataset = setup
+    with index.db.write() as conn:
+        other = insert_dataset(conn, str(uuid.uuid4()))
+        document = insert_document(conn, dataset)
+        elsewhere = insert_document(conn, other)
+    write(index, dataset, document, 1, [*texts(1, 200), "the okapi grazes at dawn"])
+    write(index, other, elsewhere, 1, ["the okapi sleeps at noon"] * 20)
+    kept(index)
+    without_fts(index)
+    assert found(index, dataset, "okapi dawn") == ["the okapi grazes at dawn"]
+    assert found(index, other, "okapi grazes", k=3) == ["the okapi sleeps at noon"] * 3
+    assert found(index, dataset, "tapir") == []
+    assert index.keywords.builds == 1
+
+
+def test_a_chunk_is_found_before_the_index_holds_it_and_a_dropped_one_never(setup) -> None:
+    index, dataset = setup
+    with index.db.write() as conn:
+        document, other = insert_document(conn, dataset), insert_document(conn, dataset)
+    write(index, dataset, document, 1, [*texts(2, 100), "a heron waits in the reeds"])
+    write(index, dataset, other, 1, ["the heron flies over the reeds"])
+    kept(index)
+    index.keywords.close()  # the thread stops: the index stays as it is
+    without_fts(index)
+    write(index, dataset, document, 2, ["a heron fishes at dusk", *texts(3, 50)])  # replaces 1
+    with index.db.write() as tx:
+        index.delete_document(tx, other)
+    pending = found(index, dataset, "heron reeds dusk")
+    assert pending == ["a heron fishes at dusk"]  # generation 2 at once; 1 and the deleted gone
+    kept(index)  # the thread again: the index applies the log
+    assert found(index, dataset, "heron reeds dusk") == pending
+
+
+def test_a_pending_chunk_scores_as_the_index_will_score_it(setup) -> None:
+    index, dataset = setup
+    with index.db.write() as conn:
+        document, later = insert_document(conn, dataset), insert_document(conn, dataset)
+    write(
+        index,
+        dataset,
+        document,
+        1,
+        [f"{body} heron" if n % 7 == 0 else body for n, body in enumerate(texts(20, 300))],
+    )
+    kept(index)
+    index.keywords.close()
+    write(index, dataset, later, 1, ["a heron fishes at dusk w1 w2 w3 w4 w5 w6 w7 w8 w9 w10"])
+    query = "heron dusk w3"
+    before = {hit.text: hit.score for hit in index.search_keyword(dataset, query, 10)}
+    kept(index)
+    after = {hit.text: hit.score for hit in index.search_keyword(dataset, query, 10)}
+    new = "a heron fishes at dusk w1 w2 w3 w4 w5 w6 w7 w8 w9 w10"
+    assert new in before
+    assert before[new] == pytest.approx(after[new], rel=0.1)  # the same BM25, near enough
+    assert next(iter(before)) == next(iter(after)) == new
+
+
+def test_a_deleted_dataset_answers_nothing(setup) -> None:
+    index, dataset = setup
+    with index.db.write() as conn:
+        document = insert_document(conn, dataset)
+    write(index, dataset, document, 1, ["the lynx hunts in snow", *texts(4, 30)])
+    kept(index)
+    with index.db.write() as tx:
+        index.delete_dataset(tx, dataset)
+    assert found(index, dataset, "lynx snow") == []
+    kept(index)
+    view = index.keywords._view
+    assert view is not None
+    assert view.searcher.num_docs == 0
+
+
+def test_a_filter_that_admits_few_chunks_still_fills_top_k(setup) -> None:
+    index, dataset = setup
+    with index.db.write() as conn:
+        documents = [insert_document(conn, dataset, meta={"n": n}) for n in range(8)]
+    for n, document in enumerate(documents):
+        write(index, dataset, document, 1, [f"marmot {body}" for body in texts(10 + n, 60)])
+    kept(index)
+    where = SearchFilter(metadata=(("n", (5,)),))
+    hits = index.search_keyword(dataset, "marmot w7", 10, where)
+    assert len(hits) == 10
+    assert {hit.document_id for hit in hits} == {documents[5]}
+
+
+def test_a_restart_opens_the_committed_index_and_replays_the_log(setup) -> None:
+    index, dataset = setup
+    with index.db.write() as conn:
+        document, later = insert_document(conn, dataset), insert_document(conn, dataset)
+    write(index, dataset, document, 1, ["the ibis wades", *texts(5, 80)])
+    kept(index)
+    index.close()
+    # written while no process keeps the keyword index: the log holds it
+    writer = SqliteIndex(index.db, EMBED.dimension, keyword_min_chunks=0)
+    write(writer, dataset, later, 1, ["the ibis sleeps standing"])
+    again = make(index.db)  # a state row exists: the index is opened and followed at once
+    try:
+        assert again.keywords.caught_up(timeout=60)
+        assert again.keywords.builds == 0  # opened, not rebuilt
+        without_fts(again)
+        assert set(found(again, dataset, "ibis")) == {"the ibis wades", "the ibis sleeps standing"}
+    finally:
+        again.close()
+
+
+@pytest.mark.parametrize("damage", ["meta", "folder"])
+def test_a_damaged_or_missing_index_is_rebuilt(setup, damage: str) -> None:
+    index, dataset = setup
+    with index.db.write() as conn:
+        document = insert_document(conn, dataset)
+    write(index, dataset, document, 1, ["the civet climbs", *texts(6, 40)])
+    kept(index)
+    index.close()
+    folder = side_folder(index.db, "keywords")
+    assert folder is not None
+    if damage == "meta":
+        (folder / "meta.json").write_text("{ torn")
+    else:
+        for path in folder.iterdir():
+            path.unlink()
+        folder.rmdir()
+    again = make(index.db)
+    try:
+        assert again.keywords.caught_up(timeout=60)
+        assert again.keywords.builds == 1
+        without_fts(again)
+        assert found(again, dataset, "civet") == ["the civet climbs"]
+    finally:
+        again.close()
+
+
+def test_pruning_keeps_the_log_rows_the_keyword_index_needs(setup) -> None:
+    index, dataset = setup
+    with index.db.write() as conn:
+        document, later = insert_document(conn, dataset), insert_document(conn, dataset)
+    write(index, dataset, document, 1, texts(7, 20))
+    kept(index)
+    applied = index.keywords._view.applied  # type: ignore[union-attr]
+    index.keywords.close()
+    write(index, dataset, later, 1, texts(8, 20))  # not applied: the thread is stopped
+    index.graphs._prune()
+    with index.db.read() as conn:
+        left = conn.exec_driver_sql(f"SELECT min(id), count(*) FROM {index.log}").one()
+    assert left[0] > applied  # what the index holds is pruned …
+    assert left[1] == 20  # … what it does not is kept
+
+
+def test_the_log_is_pruned_when_no_graph_and_no_keyword_index_is_kept(sqlite_db) -> None:
+    index = SqliteIndex(sqlite_db, EMBED.dimension, graph_min_chunks=10**9)
+    index.ensure()
+    with sqlite_db.write() as conn:
+        dataset = insert_dataset(conn)
+        document = insert_document(conn, dataset)
+    try:
+        write(index, dataset, document, 1, texts(9, 30))  # its first log rows start a prune
+        deadline = time.monotonic() + 30
+        left = None
+        while time.monotonic() < deadline:
+            with sqlite_db.read() as conn:
+                left = conn.exec_driver_sql(f"SELECT count(*) FROM {index.log}").scalar()
+            if left == 0:
+                break
+            time.sleep(0.05)
+        assert left == 0
+    finally:
+        index.close()
+
+
+def test_terms_are_what_fts5_makes_of_the_text() -> None:
+    assert tokens("Café au LAIT, e-mail_address") == ["cafe", "au", "lait", "e", "mail", "address"]
+    assert tokens("数据库的事务") == ["数据", "据库", "数据库", "的", "事务"]
+    assert tokens("がぎぐ ファイル") == ["がぎ", "ぎぐ", "ファ", "ァイ", "イル"]  # kana keep marks
+    assert tokens("한국어 검색") == ["한국", "국어", "검색"]
+
+
+def test_the_side_folders_sit_beside_the_database_file(tmp_path: Path) -> None:
+    db = Database(f"sqlite:///{tmp_path}/kb.db")
+    try:
+        assert side_folder(db, "keywords") == tmp_path / "kb.db.keywords"
+    finally:
+        db.dispose()
