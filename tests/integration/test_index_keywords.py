@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from knowledgeops.db.engine import Database
+from knowledgeops.ingest.index import keywords
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keywords import tokens
 from knowledgeops.ingest.index.sqlite import SqliteIndex, side_folder
@@ -91,6 +92,9 @@ def test_a_chunk_is_found_before_the_index_holds_it_and_a_dropped_one_never(setu
     assert pending == ["a heron fishes at dusk"]  # generation 2 at once; 1 and the deleted gone
     kept(index)  # the thread again: the index applies the log
     assert found(index, dataset, "heron reeds dusk") == pending
+    view = index.keywords._view
+    assert view is not None
+    assert view.searcher.num_docs == 51  # generation 1 and the deleted document are gone
 
 
 def test_a_pending_chunk_scores_as_the_index_will_score_it(setup) -> None:
@@ -187,6 +191,32 @@ def test_a_damaged_or_missing_index_is_rebuilt(setup, damage: str) -> None:
         assert again.keywords.builds == 1
         without_fts(again)
         assert found(again, dataset, "civet") == ["the civet climbs"]
+    finally:
+        again.close()
+
+
+def test_an_index_of_older_terms_is_rebuilt(setup, monkeypatch: pytest.MonkeyPatch) -> None:
+    index, dataset = setup
+    with index.db.write() as conn:
+        document = insert_document(conn, dataset)
+    write(index, dataset, document, 1, ["the genet prowls", *texts(21, 30)])
+    kept(index)
+    index.close()
+    monkeypatch.setattr(keywords, "TOKENS_VERSION", keywords.TOKENS_VERSION + 1)
+    again = make(index.db)
+    try:
+        with again.db.read() as conn:
+            tables = {
+                row[0]
+                for row in conn.exec_driver_sql(
+                    "SELECT name FROM sqlite_master WHERE name LIKE '%keywords%'"
+                )
+            }
+        assert tables == {again.keywords.state}  # the old state is dropped
+        kept(again)
+        assert again.keywords.builds == 1
+        without_fts(again)
+        assert found(again, dataset, "genet") == ["the genet prowls"]
     finally:
         again.close()
 

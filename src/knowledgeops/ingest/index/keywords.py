@@ -45,7 +45,7 @@ from sqlalchemy import Connection
 
 from knowledgeops.db.engine import Database
 from knowledgeops.ingest.index.keys import dataset_key
-from knowledgeops.ingest.index.terms import index_text
+from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +62,13 @@ _TOKEN = re.compile(r"[^\W_]+")
 _MARKS = re.compile("[\u0300-\u036f]+")  # combining diacritics of Latin, Greek, Cyrillic
 
 
+TOKENS_VERSION = 1
+"""Bumped whenever `tokens` changes. With terms.TERMS_VERSION it names the state table, so an
+index made of other terms has no state row and is rebuilt."""
+
+
 def state_table(vec: str) -> str:
-    return f"{vec}_keywords"
+    return f"{vec}_keywords_t{TERMS_VERSION}k{TOKENS_VERSION}"
 
 
 def create_table(conn: Connection, vec: str) -> None:

@@ -86,7 +86,9 @@ class SqliteIndex:
         self.keywords.close()
 
     def ensure(self) -> None:
-        """Create the virtual tables if they are missing (idempotent; runs at start-up)."""
+        """Create the virtual tables if they are missing (idempotent; runs at start-up); a
+        keyword index made before is opened and followed again (its state row says so), and the
+        state of one made of older terms is dropped (it is rebuilt when searches need it)."""
         with self.db.write() as conn:
             conn.exec_driver_sql(
                 f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.vec} USING vec0("
@@ -96,6 +98,12 @@ class SqliteIndex:
             create_tables(conn, self.vec)
             create_keyword_table(conn, self.vec)
             kept = conn.exec_driver_sql(f"SELECT 1 FROM {self.keywords.state}").first()
+            stale = conn.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE ? AND name != ?",
+                (f"{self.vec}_keywords%", self.keywords.state),
+            ).all()
+            for (name,) in stale:
+                conn.exec_driver_sql(f"DROP TABLE {name}")
             self._move_legacy_vectors(conn)
             older = [
                 row[0]
