@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from knowledgeops.db.engine import Database
-from knowledgeops.ingest.index import keywords
+from knowledgeops.ingest.index import graphs, keywords
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keywords import tokens
 from knowledgeops.ingest.index.sqlite import SqliteIndex, side_folder
@@ -237,14 +237,17 @@ def test_pruning_keeps_the_log_rows_the_keyword_index_needs(setup) -> None:
     assert left[1] == 20  # … what it does not is kept
 
 
-def test_the_log_is_pruned_when_no_graph_and_no_keyword_index_is_kept(sqlite_db) -> None:
+def test_the_log_is_pruned_when_no_graph_and_no_keyword_index_is_kept(
+    sqlite_db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(graphs, "PRUNE_AFTER_ROWS", 25)  # (10,000 by default)
     index = SqliteIndex(sqlite_db, EMBED.dimension, graph_min_chunks=10**9)
     index.ensure()
     with sqlite_db.write() as conn:
         dataset = insert_dataset(conn)
         document = insert_document(conn, dataset)
     try:
-        write(index, dataset, document, 1, texts(9, 30))  # its first log rows start a prune
+        write(index, dataset, document, 1, texts(9, 30))  # 30 log rows: a prune starts
         deadline = time.monotonic() + 30
         left = None
         while time.monotonic() < deadline:

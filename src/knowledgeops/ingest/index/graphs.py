@@ -57,6 +57,7 @@ READ_BATCH = 10_000  # vectors read per fetch while building
 SNAPSHOT_CHANGES = 50_000  # changes applied since the last snapshot that make a new one due
 SNAPSHOT_INTERVAL_S = 300.0  # … or this long since it, with any change
 PRUNE_INTERVAL_S = 60.0
+PRUNE_AFTER_ROWS = 10_000  # log rows written that start a prune when no graph is kept
 POLL_S = 0.5
 RESET = -1  # the seq of a log row that empties a dataset's graph (the dataset was deleted)
 
@@ -116,6 +117,7 @@ class Graphs:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pruned_at = 0.0
+        self._logged = 0  # log rows written by this process since the last prune
         self.builds = 0  # graphs built from the database (not loaded): for tests and bench
 
     # --- searches -------------------------------------------------------------------------------
@@ -157,10 +159,11 @@ class Graphs:
                 self._thread.start()
         self._wake.set()
 
-    def logged(self) -> None:
-        """Log rows were written: prune the log now and then even when no graph is kept (a
-        knowledge base of small datasets would otherwise keep every row it ever logged)."""
-        if time.monotonic() - self._pruned_at < PRUNE_INTERVAL_S:
+    def logged(self, rows: int) -> None:
+        """`rows` log rows were written: prune the log now and then even when no graph is kept
+        (a knowledge base of small datasets would otherwise keep every row it ever logged)."""
+        self._logged += rows
+        if self._logged < PRUNE_AFTER_ROWS or time.monotonic() - self._pruned_at < PRUNE_INTERVAL_S:
             return
         with self._state:
             if self._thread is None or not self._thread.is_alive():
@@ -425,6 +428,7 @@ class Graphs:
         """Drop log rows no graph needs: those a snapshot holds, those a graph in memory holds
         without a snapshot, and all rows of datasets with neither (a build reads the truth)."""
         self._pruned_at = time.monotonic()
+        self._logged = 0
         with self.db.write() as tx:
             top = tx.exec_driver_sql(f"SELECT coalesce(max(id), 0) FROM {self.log}").scalar()
             held = {

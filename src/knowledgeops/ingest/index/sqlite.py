@@ -279,7 +279,7 @@ class SqliteIndex:
                 f"INSERT INTO {self.log} (dataset_key, seq, added) VALUES (?, ?, ?)",
                 [(key, seq, int(added)) for seq in seqs],
             )
-            self.graphs.logged()
+            self.graphs.logged(len(seqs))
 
     def _log_active_removed(self, tx: Connection, seqs: Sequence[int], key: int) -> None:
         for part in _parts(seqs):
