@@ -19,6 +19,7 @@ import psycopg
 import redis
 from sqlalchemy import create_engine, text
 
+from knowledgeops.errors import LabError
 from knowledgeops.jobs.states import TERMINAL
 from knowledgeops.lab.devpg import LocalPostgres, free_port
 from knowledgeops.lab.topology import KOPS, LocalRedis, Proc, Topology, spawn
@@ -221,7 +222,20 @@ def upload_all(client: httpx.Client, files: list[Path], result: ScenarioResult) 
 
 
 def jobs(client: httpx.Client, job_ids: list[str]) -> dict[str, dict[str, Any]]:
-    return {job_id: client.get(f"/docs/jobs/{job_id}").json() for job_id in job_ids}
+    """Each job as the API shows it. A 429 (the key's rate limit: an audit of thousands of jobs
+    reaches it) or a 503 is waited out for its Retry-After, as a client would."""
+    return {job_id: job(client, job_id) for job_id in job_ids}
+
+
+def job(client: httpx.Client, job_id: str, patience_s: float = 300.0) -> dict[str, Any]:
+    deadline = time.monotonic() + patience_s
+    while True:
+        answer = client.get(f"/docs/jobs/{job_id}")
+        if answer.status_code == 200:
+            return dict(answer.json())
+        if answer.status_code not in (429, 503) or time.monotonic() > deadline:
+            raise LabError(f"GET /docs/jobs/{job_id} answered {answer.status_code}: {answer.text}")
+        time.sleep(min(30.0, float(answer.headers.get("retry-after", "1"))))
 
 
 def wait_all(client: httpx.Client, job_ids: list[str], timeout: float) -> bool:
@@ -230,7 +244,7 @@ def wait_all(client: httpx.Client, job_ids: list[str], timeout: float) -> bool:
         try:
             if all(j.get("status") in TERMINAL for j in jobs(client, job_ids).values()):
                 return True
-        except httpx.HTTPError:
+        except (httpx.HTTPError, LabError):  # the API is restarting, or its database
             pass
         time.sleep(0.5)
     return False
