@@ -11,7 +11,8 @@ queued message delivered twice. A killed worker or relay is replaced, as a super
 Recovery is timed per fault: for a worker, until every job it held has ended or runs elsewhere;
 for Redis and PostgreSQL, from the moment they are back until the next job completes; for a
 relay, until another is active; for a provider burst, until the burst has been spent and a job
-completes; for duplicates, until the queue has drained (and no finished job ran again).
+completes; for duplicates, until every job delivered again has ended (and no finished one
+ran again).
 
 At the end every accepted job must have ended: completed, or failed with the reason its document
 carries (one in a hundred documents is broken on purpose: a truncated PDF, a DOCX that is not a
@@ -51,6 +52,7 @@ FORMATS = ("txt", "md", "html", "docx", "pdf")
 BROKEN_EVERY = 100  # one document in this many is broken on purpose
 LARGE_EVERY = 5  # one in this many is large
 BROKEN_CODE = "permanent/corrupt_file"
+ENDED = sorted(status.value for status in TERMINAL)  # as the database holds them
 WORKERS = 3
 RELAYS = 2
 WARM_UP_SHARE = 0.25
@@ -194,7 +196,12 @@ def _write(path: Path, kind: str, paragraphs: list[str]) -> None:
 
 def _write_broken(path: Path, kind: str, rng: random.Random) -> None:
     if kind == "pdf":  # a PDF cut off after its header: no cross-reference table, no pages
-        path.write_bytes(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<< /Type /Catalog")
+        # (a comment of its own: identical files would be one upload, answered as a duplicate)
+        path.write_bytes(
+            b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n%"
+            + rng.randbytes(16).hex().encode()
+            + b"\n1 0 obj\n<< /Type /Catalog"
+        )
     else:  # a DOCX whose zip is cut short
         path.write_bytes(b"PK\x03\x04" + rng.randbytes(2000))
 
@@ -268,7 +275,7 @@ class Soak:
             except httpx.HTTPError:
                 time.sleep(1.0)
                 continue
-            if answer.status_code == 202:
+            if answer.status_code in (200, 202):  # 200: a resent upload, its job already made
                 self.accepted[answer.json()["jobId"]] = document
                 return
             if answer.status_code in (429, 503):
@@ -477,26 +484,50 @@ def _provider_burst(mode: str) -> Callable[[Soak, Topology, Fault], None]:
 
 
 def _duplicates(soak: Soak, topology: Topology, fault: Fault) -> None:
+    """Every message of the 20 jobs that finished last and of the 20 oldest still waiting or
+    running published again; recovered when each of those jobs has ended (the queue itself
+    never drains while uploads outpace the workers), and no finished one may run again."""
     assert soak.engine is not None
     with soak.engine.connect() as conn:
-        rows = conn.execute(
+        done = conn.execute(
             text(
-                "SELECT id, status, attempt FROM ingest_jobs WHERE kind = 'ingest' "
-                "ORDER BY created_at DESC LIMIT 40"
-            )
+                "SELECT id, attempt FROM ingest_jobs WHERE kind = 'ingest' AND status = ANY(:t) "
+                "ORDER BY finished_at DESC NULLS LAST LIMIT 20"
+            ),
+            {"t": ENDED},
         ).all()
-    finished = {str(job_id): attempt for job_id, status, attempt in rows if status in TERMINAL}
+        open_ = conn.execute(
+            text(
+                "SELECT id FROM ingest_jobs WHERE kind = 'ingest' AND NOT status = ANY(:t) "
+                "ORDER BY created_at LIMIT 20"
+            ),
+            {"t": ENDED},
+        ).all()
+    finished = {str(job_id): attempt for job_id, attempt in done}
+    again = [*finished, *(str(row[0]) for row in open_)]
     dispatcher = CeleryDispatcher(
         make_celery(soak.lab.redis.url(0), job_time_limit_s=300, visibility_timeout_s=900)
     )
     began = time.monotonic()
-    for job_id, _, _ in rows:
-        dispatcher.publish(str(job_id))
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and (dispatcher.backlog() or 0) > 0:
-        time.sleep(0.2)
-    fault.recover_s = round(time.monotonic() - began, 1)
-    fault.note = f"{len(rows)} messages again, {len(finished)} of finished jobs"
+    for job_id in again:
+        dispatcher.publish(job_id)
+    fault.note = f"{len(again)} messages again, {len(finished)} of finished jobs"
+    deadline = began + RECOVERY_TIMEOUT_S
+    while time.monotonic() < deadline and not soak.stop.is_set():
+        try:
+            with soak.engine.connect() as conn:
+                ended = conn.execute(
+                    text(
+                        "SELECT count(*) FROM ingest_jobs WHERE id = ANY(:ids) AND status = ANY(:t)"
+                    ),
+                    {"ids": again, "t": ENDED},
+                ).scalar_one()
+        except Exception:  # PostgreSQL is being restarted
+            ended = -1
+        if ended == len(again):
+            fault.recover_s = round(time.monotonic() - began, 1)
+            break
+        time.sleep(0.5)
     time.sleep(1.0)
     with soak.engine.connect() as conn:
         after: dict[Any, Any] = dict(
