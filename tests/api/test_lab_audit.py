@@ -23,9 +23,6 @@ def test_the_audit_waits_out_the_rate_limit_and_reads_every_job(
     job_id = ingest(client, make_text(tmp_path / "a.txt", "a page to audit"))["id"]
     answers = [client.get(f"/docs/jobs/{job_id}").status_code for _ in range(40)]
     assert 429 in answers  # the limit bites at this pace
-    found = jobs(client, [job_id] * 50)  # (one key per id: the dict keeps one)
-    assert found == {job_id: found[job_id]}
-    assert found[job_id]["status"] == "completed"
     many = [jobs(client, [job_id])[job_id]["status"] for _ in range(50)]
     assert many == ["completed"] * 50
 
