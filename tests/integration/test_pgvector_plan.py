@@ -1,7 +1,7 @@
-"""pgvector at a shared table: a dataset that is most of the table walks the HNSW index (the
-planner's own plan, read with EXPLAIN), one that is a small share is searched exactly through
-its btree, and a dataset filter never returns fewer than topK (a real PostgreSQL 16 with
-pgvector)."""
+"""pgvector partitioned by dataset: a search reads its dataset's partition alone (the planner's
+own plan, read with EXPLAIN), walks that partition's HNSW graph when the dataset is large and
+scans it exactly when it is small, and a filter never returns fewer than topK (a real
+PostgreSQL 16 with pgvector)."""
 
 from __future__ import annotations
 
@@ -52,12 +52,12 @@ def fill(index: PgVectorIndex, dataset: str, documents_count: int, per_document:
 
 @pytest.fixture
 def shared(pgvector_db: Database) -> tuple[PgVectorIndex, str, str]:
-    index = PgVectorIndex(pgvector_db, DIMENSION, exact_max_rows=100)
+    index = PgVectorIndex(pgvector_db, DIMENSION, exact_max_rows=200)
     index.ensure()
     with pgvector_db.write() as conn:
         large, small = insert_dataset(conn), insert_dataset(conn)
     fill(index, large, 40, 100, seed=1)  # 4,000 chunks
-    fill(index, small, 2, 50, seed=2)  # 100: 2.4% of the table
+    fill(index, small, 2, 50, seed=2)  # 100: under exact_max_rows
     with pgvector_db.write() as conn:
         conn.exec_driver_sql(f"ANALYZE {index.table}")
         conn.exec_driver_sql("ANALYZE chunks")
@@ -70,24 +70,58 @@ def query() -> np.ndarray:
     return vector / np.linalg.norm(vector)
 
 
-def test_a_large_dataset_walks_the_hnsw_index(shared) -> None:
-    index, large, _ = shared
+def hnsw_of(index: PgVectorIndex, dataset: str) -> str:
+    """The name PostgreSQL gave the HNSW index of a dataset's partition."""
+    with index.db.read() as conn:
+        return str(
+            conn.exec_driver_sql(
+                "SELECT indexname FROM pg_indexes WHERE tablename = %(p)s "
+                "AND indexdef LIKE '%%USING hnsw%%'",
+                {"p": index.partition(dataset)},
+            ).scalar_one()
+        )
+
+
+def test_each_dataset_has_its_own_partition_and_graph(shared) -> None:
+    index, large, small = shared
+    with index.db.read() as conn:
+        counts = dict(
+            conn.exec_driver_sql(
+                "SELECT c.relname, c.reltuples FROM pg_inherits i JOIN pg_class c "
+                "ON c.oid = i.inhrelid WHERE i.inhparent = to_regclass(%(t)s)",
+                {"t": index.table},
+            ).all()
+        )
+    assert counts == {index.partition(large): 4000, index.partition(small): 100}
+    assert hnsw_of(index, large) != hnsw_of(index, small)
+
+
+def test_a_large_dataset_walks_its_own_graph(shared) -> None:
+    index, large, small = shared
     with index.db.read() as conn:
         ef = index.ef_search(conn, large, 10, None)
-    assert ef is not None
-    assert HNSW_EF_SEARCH <= ef < 2 * HNSW_EF_SEARCH
+    assert ef == HNSW_EF_SEARCH  # the whole partition passes: no widening
     plan = index.explain_vector(large, query(), 10)
-    assert f"Index Scan using ix_{index.table}_hnsw" in plan, plan
-    assert len(index.search_vector(large, query(), 10)) == 10
+    assert f"Index Scan using {hnsw_of(index, large)}" in plan, plan
+    assert index.partition(small) not in plan, plan  # the other dataset is never read
+    hits = index.search_vector(large, query(), 10)
+    assert len(hits) == 10
+    with index.db.read() as conn:
+        owners = conn.exec_driver_sql(
+            "SELECT DISTINCT dataset_id FROM chunks WHERE id = ANY(%(ids)s)",
+            {"ids": [h.chunk_id for h in hits]},
+        ).scalars()
+        assert list(owners) == [large]
 
 
-def test_a_small_share_is_exact_through_its_btree(shared) -> None:
-    index, _, small = shared
+def test_a_small_dataset_is_an_exact_scan_of_its_partition(shared) -> None:
+    index, large, small = shared
     with index.db.read() as conn:
         assert index.ef_search(conn, small, 10, None) is None
     plan = index.explain_vector(small, query(), 10)
-    assert "hnsw" not in plan, plan
-    assert f"ix_{index.table}_dataset" in plan, plan
+    assert hnsw_of(index, small) not in plan, plan
+    assert f"Seq Scan on {index.partition(small)}" in plan, plan
+    assert index.partition(large) not in plan, plan
     hits = index.search_vector(small, query(), 10)
     assert len(hits) == 10
     with index.db.read() as conn:  # exactly the nearest: compared with a full sort
@@ -106,11 +140,13 @@ def test_a_filter_still_returns_top_k(shared) -> None:
     with index.db.read() as conn:  # half the dataset passes: the walk goes twice as wide
         ef = index.ef_search(conn, large, 10, half)
     assert ef is not None
-    assert ef >= 2 * HNSW_EF_SEARCH - 1
+    assert ef == 2 * HNSW_EF_SEARCH
     for dataset in (large, small):
         hits = index.search_vector(dataset, query(), 10, half)
         assert len(hits) == 10
     few = SearchFilter(document_ids=("00010000-0000-4000-8000-000000000003",))
+    with index.db.read() as conn:  # 100 of 4,000 pass: exact
+        assert index.ef_search(conn, large, 10, few) is None
     hits = index.search_vector(large, query(), 10, few)
     assert len(hits) == 10
     assert {h.document_id for h in hits} == set(few.document_ids or ())

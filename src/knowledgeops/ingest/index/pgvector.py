@@ -5,25 +5,30 @@ Chunk rows live in the declared `chunks` table; one row per chunk in `chunk_vect
 its vector, its words (`simple` configuration over the text with CJK runs cut into words by
 terms.py, exactly as the SQLite index does) and whether its generation is active. The words'
 column is named for the version of the terms (`words_v2`): `kops migrate` finds an older column,
-fills the new one from the chunks' text and drops the old. Rows point
-at `chunks.seq` with ON DELETE CASCADE, so deleting chunks deletes their index rows in the same
-statement.
+fills the new one from the chunks' text and drops the old.
 
-HNSW is approximate and filters after the graph walk: a query scoped to a small dataset inside a
-large table may come back with fewer than k rows. When that happens the query is run again
-exactly (index scans off, the dataset's rows found through the btree), so a dataset never looks
-smaller than it is.
+The table is partitioned by dataset (LIST, one partition per dataset, made at the dataset's
+first write), so every dataset has its own HNSW graph and GIN index, as the embedded index has
+a graph per dataset (docs/architecture.md, "Vector search at a million chunks"): pgvector 0.6
+filters after the walk, and over one graph shared by every dataset a small dataset's
+neighbours were a few of the rows the walk found. A query names its dataset, so the planner
+reads that partition alone. Rows are deleted with their chunks by this adapter (every delete of
+chunks goes through it), not by a foreign key: a cascade into a partitioned table probes every
+partition for each row.
+
+HNSW filters after the walk still for a metadata filter: a walk that comes back with fewer than
+k rows is run again exactly, so a filter never makes a dataset look smaller than it is.
 """
 
 from __future__ import annotations
 
-import time
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import text, update
+from sqlalchemy import select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError
 
@@ -34,16 +39,16 @@ from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
 from knowledgeops.ingest.index.filters import SearchFilter, postgres_where
 from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, query_terms
 
-# chosen by measurement (docs/performance.md: Vector search at a million chunks)
+# chosen by measurement (docs/performance.md: Search at scale)
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 64
-HNSW_EF_SEARCH = 400  # for a dataset that is the whole table; more for a smaller share
+HNSW_EF_SEARCH = 400  # for a search the whole dataset passes; more for a filter's share
 HNSW_MAX_EF_SEARCH = 1000  # pgvector's limit
-EXACT_SHARE = 0.1  # a dataset under this share of the table is searched exactly (its btree)
-EXACT_MAX_ROWS = 20_000  # … or under this many chunks, whatever its share
-TABLE_ROWS_TTL_S = 60.0  # how long the table's row estimate is reused
+EXACT_SHARE = 0.1  # a filter admitting under this share of the dataset is searched exactly
+EXACT_MAX_ROWS = 5_000  # … and so is a dataset (or a filter's share) under this many chunks
 TS_CONFIG = "simple"  # no stemming, no stopword list: the same words in every language
 REBUILD_BATCH = 2000  # chunks re-tokenized per statement when the terms change
+LOCK = "SELECT pg_advisory_xact_lock(hashtext('kops.index.ensure'))"  # DDL, one process at once
 
 
 class PgVectorMissing(IndexUnavailable):
@@ -60,12 +65,19 @@ class PgVectorIndex:
         self.dimension = dimension
         self.table = f"chunk_vectors_{dimension}"
         self.words = f"words_v{TERMS_VERSION}"
-        self._table_rows: tuple[float, float] = (0.0, -1.0)  # (estimate, when)
         self.exact_max_rows = exact_max_rows
+        self._partitions: set[str] = set()  # datasets whose partition this process has seen
 
+    def partition(self, dataset_id: str) -> str:
+        """The name of a dataset's partition (its id hashed: ids are not identifiers)."""
+        digest = hashlib.md5(dataset_id.encode(), usedforsecurity=False).hexdigest()
+        return f"{self.table}_{digest[:24]}"
+
+    # --- the tables -----------------------------------------------------------------------------
     def ensure(self) -> None:
-        """Create the extension, the table and its indexes if missing (idempotent; `kops migrate`
-        and every process start run it). Raises PgVectorMissing with what to do."""
+        """Create the extension, the table and its indexes if missing, move a table of the older
+        shared layout into partitions, and drop the partitions of deleted datasets (idempotent;
+        `kops migrate` runs it). Raises PgVectorMissing with what to do."""
         try:
             with self.db.write() as conn:
                 conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS vector")
@@ -78,26 +90,30 @@ class PgVectorIndex:
                     "or let a superuser run CREATE EXTENSION vector in this database"
                 ) from None
         with self.db.write() as conn:
-            # two processes starting at once must not both create the table
-            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext('kops.index.ensure'))")
+            conn.exec_driver_sql(LOCK)  # two processes starting at once must not both create it
+            shared = self._kind(conn) == "r"
+            if shared:
+                self._upgrade_words(conn, self.table)
+                shared_table = self._retire_shared(conn)
             conn.exec_driver_sql(
                 f"CREATE TABLE IF NOT EXISTS {self.table} ("
-                "seq integer PRIMARY KEY REFERENCES chunks (seq) ON DELETE CASCADE, "
+                "seq integer NOT NULL, "
                 "dataset_id varchar(36) NOT NULL, "
                 "active boolean NOT NULL DEFAULT false, "
                 f"embedding vector({self.dimension}) NOT NULL, "
-                f"{self.words} tsvector NOT NULL)"
+                f"{self.words} tsvector NOT NULL, "
+                "PRIMARY KEY (seq, dataset_id)) PARTITION BY LIST (dataset_id)"
             )
-            self._upgrade_words(conn)
-            conn.exec_driver_sql(self.hnsw_ddl())
+            if shared:
+                self._move_shared(conn, shared_table)
+            else:
+                self._upgrade_words(conn, self.table)
+            conn.exec_driver_sql(self.hnsw_ddl())  # on every partition, and each one made later
             conn.exec_driver_sql(
                 f"CREATE INDEX IF NOT EXISTS ix_{self.table}_{self.words} ON {self.table} "
                 f"USING gin ({self.words})"
             )
-            conn.exec_driver_sql(
-                f"CREATE INDEX IF NOT EXISTS ix_{self.table}_dataset ON {self.table} "
-                "(dataset_id, active)"
-            )
+            self._drop_deleted_partitions(conn)
 
     def hnsw_ddl(self) -> str:
         return (
@@ -106,43 +122,103 @@ class PgVectorIndex:
             f"ef_construction = {HNSW_EF_CONSTRUCTION})"
         )
 
-    def _words_columns(self, conn: Tx) -> set[str]:
+    def _kind(self, conn: Tx) -> str | None:
+        """'p' for the partitioned table, 'r' for one of the older shared layout, None if none."""
+        found = conn.exec_driver_sql(
+            "SELECT relkind FROM pg_class WHERE oid = to_regclass(%(t)s)", {"t": self.table}
+        ).scalar()
+        return None if found is None else str(found)
+
+    def _retire_shared(self, conn: Tx) -> str:
+        """Rename a table of the older layout (one table, one HNSW graph for every dataset, rows
+        deleted by a foreign key's cascade) out of the way, its indexes dropped."""
+        old = f"{self.table}_shared"
+        conn.exec_driver_sql(f"ALTER TABLE {self.table} RENAME TO {old}")
+        for index in (f"ix_{self.table}_hnsw", f"ix_{self.table}_dataset"):
+            conn.exec_driver_sql(f"DROP INDEX IF EXISTS {index}")
+        conn.exec_driver_sql(f"DROP INDEX IF EXISTS ix_{self.table}_{self.words}")
+        conn.exec_driver_sql(f"ALTER TABLE {old} DROP CONSTRAINT IF EXISTS {self.table}_pkey")
+        return old
+
+    def _move_shared(self, conn: Tx, old: str) -> None:
+        """Every dataset's rows of the older table into its partition; then the table is
+        dropped (the indexes are built after, each partition's graph at once)."""
+        datasets = conn.exec_driver_sql(f"SELECT DISTINCT dataset_id FROM {old}").scalars()
+        for dataset_id in list(datasets):
+            self._attach(conn, str(dataset_id))
+        conn.exec_driver_sql(
+            f"INSERT INTO {self.table} (seq, dataset_id, active, embedding, {self.words}) "
+            f"SELECT seq, dataset_id, active, embedding, {self.words} FROM {old}"
+        )
+        conn.exec_driver_sql(f"DROP TABLE {old}")
+
+    def _attach(self, conn: Tx, dataset_id: str) -> None:
+        """Make a dataset's partition (under LOCK). Made apart and attached: ATTACH PARTITION
+        takes a SHARE UPDATE EXCLUSIVE lock on the table, which lets searches and writes of
+        other datasets go on, where CREATE TABLE … PARTITION OF would take an exclusive one."""
+        name = self.partition(dataset_id)
+        present = conn.exec_driver_sql(
+            "SELECT to_regclass(%(p)s) IS NOT NULL", {"p": name}
+        ).scalar_one()
+        if present:
+            return
+        value = "'" + dataset_id.replace("'", "''") + "'"
+        conn.exec_driver_sql(f"CREATE TABLE {name} (LIKE {self.table} INCLUDING DEFAULTS)")
+        conn.exec_driver_sql(
+            f"ALTER TABLE {self.table} ATTACH PARTITION {name} FOR VALUES IN ({value})"
+        )
+
+    def _drop_deleted_partitions(self, conn: Tx) -> None:
+        """A deleted dataset's partition is emptied in the deleting transaction (dropping it
+        there would lock the whole table until that commits); the next `ensure` drops it."""
+        prefix = f"{self.table}_"
+        names = conn.exec_driver_sql(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = to_regclass(%(t)s) AND NOT EXISTS (SELECT 1 FROM datasets d "
+            "WHERE %(prefix)s || left(md5(d.id), 24) = c.relname)",
+            {"t": self.table, "prefix": prefix},
+        ).scalars()
+        for name in list(names):
+            conn.exec_driver_sql(f"DROP TABLE {name}")
+
+    def _words_columns(self, conn: Tx, table: str) -> set[str]:
         rows = conn.exec_driver_sql(
             "SELECT column_name FROM information_schema.columns WHERE table_name = %(t)s "
             "AND (column_name = 'words' OR column_name LIKE 'words\\_v%%')",
-            {"t": self.table},
+            {"t": table},
         )
         return {row[0] for row in rows}
 
-    def _upgrade_words(self, conn: Tx) -> None:
+    def _upgrade_words(self, conn: Tx, table: str) -> None:
         """Terms of an older version in the table: add this version's column, fill it from the
         chunks' text in batches, then drop the old columns (and their indexes with them)."""
-        older = self._words_columns(conn) - {self.words}
+        older = self._words_columns(conn, table) - {self.words}
         if not older:
             return
-        conn.exec_driver_sql(
-            f"ALTER TABLE {self.table} ADD COLUMN IF NOT EXISTS {self.words} tsvector"
-        )
+        conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {self.words} tsvector")
         last = 0
         while True:
             rows = conn.exec_driver_sql(
-                f"SELECT v.seq, c.text FROM {self.table} v JOIN chunks c ON c.seq = v.seq "
-                "WHERE v.seq > %(last)s ORDER BY v.seq LIMIT %(n)s",
+                f"SELECT v.seq, v.dataset_id, c.text FROM {table} v JOIN chunks c "
+                "ON c.seq = v.seq WHERE v.seq > %(last)s ORDER BY v.seq LIMIT %(n)s",
                 {"last": last, "n": REBUILD_BATCH},
             ).all()
             if not rows:
                 break
             conn.execute(
                 text(
-                    f"UPDATE {self.table} SET {self.words} = to_tsvector('{TS_CONFIG}', :words) "
-                    "WHERE seq = :seq"
+                    f"UPDATE {table} SET {self.words} = to_tsvector('{TS_CONFIG}', :words) "
+                    "WHERE seq = :seq AND dataset_id = :dataset"
                 ),
-                [{"seq": seq, "words": index_text(body)} for seq, body in rows],
+                [
+                    {"seq": seq, "dataset": dataset, "words": index_text(body)}
+                    for seq, dataset, body in rows
+                ],
             )
             last = rows[-1][0]
-        conn.exec_driver_sql(f"ALTER TABLE {self.table} ALTER COLUMN {self.words} SET NOT NULL")
+        conn.exec_driver_sql(f"ALTER TABLE {table} ALTER COLUMN {self.words} SET NOT NULL")
         for column in sorted(older):
-            conn.exec_driver_sql(f"ALTER TABLE {self.table} DROP COLUMN {column}")
+            conn.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN {column}")
 
     def verify(self) -> None:
         """Check, without any DDL, that pgvector and this index's tables exist (every process
@@ -153,14 +229,18 @@ class PgVectorIndex:
                 "PostgreSQL server, then run `kops migrate` (it creates the extension)"
             )
         with self.db.read() as conn:
-            present = conn.exec_driver_sql(
-                "SELECT to_regclass(%(t)s) IS NOT NULL", {"t": self.table}
-            ).scalar_one()
-            if not present:
+            kind = self._kind(conn)
+            if kind is None:
                 raise PgVectorMissing(
                     f"the index table {self.table} does not exist: run `kops migrate` first"
                 )
-            if self.words not in self._words_columns(conn):
+            if kind != "p":
+                raise PgVectorMissing(
+                    f"the index table {self.table} has the older layout, one graph shared by "
+                    "every dataset: run `kops migrate` (it moves each dataset into its own "
+                    "partition and builds its graph)"
+                )
+            if self.words not in self._words_columns(conn, self.table):
                 raise PgVectorMissing(
                     f"the index table {self.table} holds keyword terms of an older version: "
                     "run `kops migrate` (it rebuilds them from the chunks' text)"
@@ -177,12 +257,24 @@ class PgVectorIndex:
         return None if row is None else str(row[0])
 
     def close(self) -> None:
-        """Nothing is kept in the process: the database holds the graph."""
+        """Nothing is kept in the process: the database holds the graphs."""
 
     # --- writes ---------------------------------------------------------------------------------
+    def _ensure_partition(self, dataset_id: str) -> None:
+        """A dataset's partition, made at its first write in a transaction of its own (short,
+        committed before the job's rows go in; the job's transaction holds no lock it needs)."""
+        if dataset_id in self._partitions:
+            return
+        with self.db.write() as conn:
+            conn.exec_driver_sql(LOCK)
+            self._attach(conn, dataset_id)
+        self._partitions.add(dataset_id)
+
     def upsert(self, tx: Tx, rows: Sequence[IndexedChunk]) -> None:
         if not rows:
             return
+        for dataset_id in sorted({chunk.dataset_id for chunk in rows}):
+            self._ensure_partition(dataset_id)
         statement = pg_insert(chunks).values([chunk_row(chunk) for chunk in rows])
         upsert = statement.on_conflict_do_update(
             index_elements=[chunks.c.id],
@@ -203,9 +295,9 @@ class PgVectorIndex:
             text(
                 f"INSERT INTO {self.table} (seq, dataset_id, active, embedding, {self.words}) "
                 f"VALUES (:seq, :dataset_id, false, CAST(:embedding AS vector), "
-                f"to_tsvector('{TS_CONFIG}', :words)) ON CONFLICT (seq) DO UPDATE SET "
-                "dataset_id = excluded.dataset_id, active = false, "
-                f"embedding = excluded.embedding, {self.words} = excluded.{self.words}"
+                f"to_tsvector('{TS_CONFIG}', :words)) ON CONFLICT (seq, dataset_id) DO UPDATE "
+                f"SET active = false, embedding = excluded.embedding, "
+                f"{self.words} = excluded.{self.words}"
             ),
             [
                 {
@@ -219,17 +311,23 @@ class PgVectorIndex:
         )
 
     def activate(self, tx: Tx, document_id: str, generation: int) -> int:
-        tx.execute(
-            text(
-                f"UPDATE {self.table} v SET active = true FROM chunks c WHERE c.seq = v.seq "
-                "AND c.document_id = :document AND c.generation = :generation AND NOT v.active"
-            ),
-            {"document": document_id, "generation": generation},
-        )
-        tx.execute(
-            text("DELETE FROM chunks WHERE document_id = :document AND generation <> :generation"),
-            {"document": document_id, "generation": generation},
-        )
+        dataset_id = _dataset_of(tx, document_id)
+        if dataset_id is not None:
+            tx.execute(
+                text(
+                    f"UPDATE {self.table} v SET active = true FROM chunks c "
+                    "WHERE v.dataset_id = :dataset AND c.seq = v.seq "
+                    "AND c.document_id = :document AND c.generation = :generation "
+                    "AND NOT v.active"
+                ),
+                {"dataset": dataset_id, "document": document_id, "generation": generation},
+            )
+            self._delete(
+                tx,
+                dataset_id,
+                "c.document_id = :document AND c.generation <> :generation",
+                {"document": document_id, "generation": generation},
+            )
         live = tx.execute(
             text(
                 "SELECT count(*) FROM chunks WHERE document_id = :document "
@@ -247,20 +345,38 @@ class PgVectorIndex:
     def discard(
         self, tx: Tx, document_id: str, generation: int, ordinals: tuple[int, int] | None = None
     ) -> None:
+        dataset_id = _dataset_of(tx, document_id)
+        if dataset_id is None:
+            return
         first, end = ordinals if ordinals is not None else (0, 2**31)
-        tx.execute(
-            text(
-                "DELETE FROM chunks WHERE document_id = :document AND generation = :generation "
-                "AND ordinal >= :first AND ordinal < :end"
-            ),
+        self._delete(
+            tx,
+            dataset_id,
+            "c.document_id = :document AND c.generation = :generation "
+            "AND c.ordinal >= :first AND c.ordinal < :end",
             {"document": document_id, "generation": generation, "first": first, "end": end},
         )
 
     def delete_document(self, tx: Tx, document_id: str) -> None:
-        tx.execute(text("DELETE FROM chunks WHERE document_id = :d"), {"d": document_id})
+        dataset_id = _dataset_of(tx, document_id)
+        if dataset_id is not None:
+            self._delete(tx, dataset_id, "c.document_id = :document", {"document": document_id})
 
     def delete_dataset(self, tx: Tx, dataset_id: str) -> None:
+        tx.execute(text(f"DELETE FROM {self.table} WHERE dataset_id = :d"), {"d": dataset_id})
         tx.execute(text("DELETE FROM chunks WHERE dataset_id = :d"), {"d": dataset_id})
+
+    def _delete(self, tx: Tx, dataset_id: str, where: str, params: dict[str, Any]) -> None:
+        """Chunks matching `where` (on `c`) and their rows in the dataset's partition (the
+        dataset named, so the planner reads that partition alone)."""
+        tx.execute(
+            text(
+                f"DELETE FROM {self.table} v USING chunks c WHERE v.dataset_id = :dataset "
+                f"AND v.seq = c.seq AND {where}"
+            ),
+            {**params, "dataset": dataset_id},
+        )
+        tx.execute(text(f"DELETE FROM chunks c WHERE {where}"), params)
 
     # --- reads ----------------------------------------------------------------------------------
     def search_vector(
@@ -277,8 +393,8 @@ class PgVectorIndex:
                 conn.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {ef_search}")
                 rows = conn.execute(text(query), params).all()
             if ef_search is None or len(rows) < k:
-                # a small share of the table, or the walk found fewer than k of the dataset's
-                # rows: exact, the dataset's rows found through its btree
+                # a small dataset or filter, or the walk found fewer than k rows the filter
+                # admits: exact, over the dataset's partition
                 query, params = self._vector_query(dataset_id, vector, k, where, walk=False)
                 conn.exec_driver_sql("SET LOCAL enable_indexscan = off")
                 rows = conn.execute(text(query), params).all()
@@ -336,41 +452,27 @@ class PgVectorIndex:
     ) -> int | None:
         """The HNSW walk's breadth for a search of `dataset_id`, or None for an exact search.
 
-        The graph is shared by every dataset and pgvector (0.6) filters after the walk: of
-        `ef_search` rows it finds, about the dataset's share (and the filter's) pass. So the
-        breadth grows as the share shrinks, and a share so small that the walk would need
-        more than pgvector allows (or a dataset small enough to scan) is searched exactly."""
+        The walk covers the dataset's own partition; a metadata filter is applied after it
+        (pgvector 0.6): of `ef_search` rows it finds, about the filter's share pass. So the
+        breadth grows as that share shrinks, and a share so small that the walk would need
+        more than pgvector allows (or so few chunks that a scan is cheaper) is exact."""
         params: dict[str, Any] = {"dataset": dataset_id}
         conditions = postgres_where(where, params)
-        admitted = conn.execute(
+        admitted, dataset = conn.execute(
             text(
-                "SELECT coalesce(sum(d.chunk_count), 0) FROM documents d "
-                f"WHERE d.dataset_id = :dataset AND d.active_generation IS NOT NULL{conditions}"
+                "SELECT coalesce(sum(d.chunk_count) FILTER (WHERE true"
+                f"{conditions}), 0), coalesce(sum(d.chunk_count), 0) FROM documents d "
+                "WHERE d.dataset_id = :dataset AND d.active_generation IS NOT NULL"
             ),
             params,
-        ).scalar_one()
-        table = self._estimated_rows(conn)
-        if admitted < self.exact_max_rows or table <= 0:
+        ).one()
+        if admitted < self.exact_max_rows or dataset <= 0:
             return None
-        share = min(1.0, float(admitted) / table)
+        share = min(1.0, float(admitted) / float(dataset))
         if share < EXACT_SHARE:
             return None
         wanted = max(HNSW_EF_SEARCH, 2 * k) / share
         return int(min(HNSW_MAX_EF_SEARCH, wanted))
-
-    def _estimated_rows(self, conn: Tx) -> float:
-        """The vector table's rows as the planner's statistics estimate them (cheap; refreshed
-        by autovacuum), reused for TABLE_ROWS_TTL_S."""
-        estimate, when = self._table_rows
-        now = time.monotonic()
-        if when >= 0 and now - when < TABLE_ROWS_TTL_S:
-            return estimate
-        found = conn.exec_driver_sql(
-            "SELECT reltuples FROM pg_class WHERE oid = to_regclass(%(t)s)", {"t": self.table}
-        ).scalar()
-        estimate = float(found) if found is not None and float(found) > 0 else 0.0
-        self._table_rows = (estimate, now)
-        return estimate
 
     def search_keyword(
         self, dataset_id: str, query: str, k: int, where: SearchFilter | None = None
@@ -399,6 +501,13 @@ class PgVectorIndex:
                 params,
             ).all()
         return [_hit(row) for row in rows]
+
+
+def _dataset_of(tx: Tx, document_id: str) -> str | None:
+    """The dataset a document belongs to (its chunks' partition), None for no such document
+    (then it has no chunks either: they go with their document)."""
+    found = tx.execute(select(documents.c.dataset_id).where(documents.c.id == document_id)).scalar()
+    return None if found is None else str(found)
 
 
 def _hit(row: Any) -> Hit:

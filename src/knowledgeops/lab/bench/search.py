@@ -561,8 +561,8 @@ def _ef_sweep(
 def _pg_ef_sweep(
     index: PgVectorIndex, corpus: Corpus, dataset_id: str, questions: Sequence[str]
 ) -> dict[str, dict[str, float]]:
-    """pgvector's `hnsw.ef_search` for a whole table (HNSW_EF_SEARCH, before the dataset's
-    share divides it)."""
+    """pgvector's `hnsw.ef_search` for a whole dataset's partition (HNSW_EF_SEARCH, before a
+    filter's share divides it)."""
     chosen = pgvector.HNSW_EF_SEARCH
 
     def apply(ef: int) -> None:
@@ -623,8 +623,12 @@ def bench_scaleout(root: Path, chunks: int, questions: list[str]) -> SearchFigur
             tx.exec_driver_sql("ANALYZE documents")
         figures.index_build_s = round(time.perf_counter() - began, 1)
         with db.read() as conn:
-            size = conn.execute(
-                text("SELECT pg_relation_size(:i), pg_database_size(current_database())"),
+            size = conn.execute(  # the index is partitioned: each dataset's graph, summed
+                text(
+                    "SELECT (SELECT coalesce(sum(pg_relation_size(inhrelid)), 0) FROM "
+                    "pg_inherits WHERE inhparent = to_regclass(:i)), "
+                    "pg_database_size(current_database())"
+                ),
                 {"i": hnsw},
             ).one()
         figures.index_memory_mb = round(size[0] / 1e6, 1)  # what shared buffers must hold
