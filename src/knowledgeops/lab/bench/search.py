@@ -631,8 +631,8 @@ def bench_scaleout(root: Path, chunks: int, questions: list[str]) -> SearchFigur
                 ),
                 {"i": hnsw},
             ).one()
-        figures.index_memory_mb = round(size[0] / 1e6, 1)  # what shared buffers must hold
-        figures.disk_mb = round(size[1] / 1e6, 1)
+        figures.index_memory_mb = round(int(size[0]) / 1e6, 1)  # what shared buffers must hold
+        figures.disk_mb = round(int(size[1]) / 1e6, 1)
         figures.settings = {
             "m": pgvector.HNSW_M,
             "ef_construction": pgvector.HNSW_EF_CONSTRUCTION,
