@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
 from knowledgeops.errors import PermanentError, UserActionRequired
 from knowledgeops.ingest.parsers import limits as parse_limits
+from knowledgeops.ingest.parsers import ocr
 from knowledgeops.ingest.parsers.base import Block, ContentType
 from knowledgeops.ingest.parsers.isolated import IsolatedParsing
 from knowledgeops.ingest.parsers.limits import ParseLimits
@@ -78,6 +80,31 @@ def test_images_and_degraded_multi_page_tiffs_are_read(tmp_path: Path, image_for
         found = words(block.text)
         assert len(found & words(truth)) >= len(words(truth)) - 1, block.text
     assert events[-1].done == events[-1].total == len(expected)
+
+
+def test_a_strip_of_one_line_is_read_and_detected_on_a_copy_padded_to_four_to_one(
+    tmp_path: Path,
+) -> None:
+    """A line cut from a page (1,654 × 54 px, its copy for detection 960 × 31): the detector
+    scales an image up until its short side is 736 px, so unpadded it would have worked on
+    22,800 × 736 (a mutated JPEG of 160 × 32,816 took four minutes in the fuzz tests)."""
+    (page,) = page_images(tmp_path, [PAGES[0].splitlines()[0]])
+    grey = np.asarray(page)
+    inked = np.flatnonzero((grey < 128).any(axis=1))
+    strip = save_images(
+        tmp_path / "strip.png", [page.crop((0, inked[0] - 12, page.width, inked[-1] + 12))], "PNG"
+    )
+    (block,), _ = read(strip, ContentType.PNG)
+    assert words(block.text) == words(PAGES[0].splitlines()[0])
+    wide = ocr._padded(np.full((5, 960, 3), 200, dtype=np.uint8))
+    assert wide.shape == (240, 960, 3)
+    assert (wide == 200).all()  # the background's colour
+    tall = np.zeros((960, 7, 3), dtype=np.uint8)
+    tall[:, :, 0] = 9
+    assert ocr._padded(tall).shape == (960, 240, 3)
+    assert (ocr._padded(tall)[:, 7:] == (9, 0, 0)).all()
+    page_sized = np.zeros((960, 700, 3), dtype=np.uint8)
+    assert ocr._padded(page_sized) is page_sized
 
 
 def test_a_page_read_unsurely_is_flagged_and_not_indexed(tmp_path: Path) -> None:
