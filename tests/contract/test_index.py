@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from knowledgeops.db.engine import Database
+from knowledgeops.errors import IndexUnavailable
 from knowledgeops.ingest.index.base import ChunkIndex, IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keys import dataset_key
@@ -458,6 +459,77 @@ def test_vectors_of_the_table_keyed_by_dataset_id_are_moved_at_start(sqlite_db: 
             "SELECT count(*) FROM sqlite_master WHERE name = ?", (index.legacy_vec,)
         ).scalar_one()
     assert left == 0
+
+
+def _vector_rows(db: Database, index: SqliteIndex) -> tuple[dict[int, bytes], dict[int, bytes]]:
+    """Each seq's vector as sqlite-vec holds it and as the plain table holds it."""
+    with db.read() as conn:
+        vec = dict(conn.exec_driver_sql(f"SELECT rowid, embedding FROM {index.vec}").all())
+        rows = dict(conn.exec_driver_sql(f"SELECT seq, embedding FROM {index.rows}").all())
+    return vec, rows
+
+
+def test_the_plain_vector_table_follows_every_write_and_delete(sqlite_db: Database) -> None:
+    """The vectors read by seq for exact scoring are those sqlite-vec holds, row for row,
+    through a retried write, a new generation, a discarded range, a document and a dataset
+    deleted."""
+    index = SqliteIndex(sqlite_db, EMBED.dimension)
+    index.ensure()
+    harness = Harness(index, sqlite_db)
+    ds, other = harness.dataset(), harness.dataset()
+    doc, gone, elsewhere = harness.document(ds), harness.document(ds), harness.document(other)
+    harness.write(ds, doc, 1, DOC)
+    harness.write(ds, doc, 1, ["a retry writes other text", *DOC[1:]])  # overwrites its rows
+    harness.activate(doc, 1)
+    harness.write(ds, doc, 2, ["the next generation", "and its second chunk", "a third"])
+    with harness.tx() as tx:
+        index.discard(tx, doc, 2, (2, 3))
+    harness.write(ds, gone, 1, ["a document deleted later"])
+    harness.activate(gone, 1)
+    harness.write(other, elsewhere, 1, ["a dataset deleted later", "with two chunks"])
+    harness.activate(elsewhere, 1)
+    vec, rows = _vector_rows(sqlite_db, index)
+    assert len(vec) == 3 + 2 + 1 + 2
+    assert rows == vec
+    with harness.tx() as tx:
+        index.delete_document(tx, gone)
+        index.delete_dataset(tx, other)
+    harness.activate(doc, 2)
+    vec, rows = _vector_rows(sqlite_db, index)
+    assert len(vec) == 2
+    assert rows == vec
+    assert harness.texts(ds, "the next generation", k=5) == [
+        "the next generation",
+        "and its second chunk",
+    ]
+
+
+def test_an_index_made_before_the_plain_vector_table_is_filled_at_start(
+    sqlite_db: Database,
+) -> None:
+    """A database whose index has only sqlite-vec's table (an earlier version): the next start
+    fills the plain table with every vector, active or not, and searches score from it."""
+    index = SqliteIndex(sqlite_db, EMBED.dimension)
+    index.ensure()
+    harness = Harness(index, sqlite_db)
+    ds = harness.dataset()
+    doc = harness.document(ds)
+    harness.write(ds, doc, 1, DOC)
+    harness.activate(doc, 1)
+    harness.write(ds, doc, 2, ["a generation not active yet"])
+    expected = harness.texts(ds, "ownership rules in rust", k=5)
+    with sqlite_db.write() as conn:  # the index as the previous version left it
+        conn.exec_driver_sql(f"DROP TABLE {index.rows}")
+    with pytest.raises(IndexUnavailable, match=index.rows):
+        index.verify()
+    index.ensure()
+    index.verify()
+    vec, rows = _vector_rows(sqlite_db, index)
+    assert len(rows) == 4
+    assert rows == vec
+    assert harness.texts(ds, "ownership rules in rust", k=5) == expected
+    harness.activate(doc, 2)
+    assert harness.texts(ds, "generation", k=5) == ["a generation not active yet"]
 
 
 def test_a_filter_is_applied_inside_the_search_so_top_k_counts_only_what_passes(

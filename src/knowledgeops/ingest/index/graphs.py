@@ -101,9 +101,12 @@ class Graph:
 class Graphs:
     """The graphs of one vector table, and the thread that keeps them."""
 
-    def __init__(self, db: Database, vec: str, dimension: int, folder: Path | None) -> None:
+    def __init__(
+        self, db: Database, vec: str, rows: str, dimension: int, folder: Path | None
+    ) -> None:
         self.db = db
-        self.vec = vec
+        self.vec = vec  # sqlite-vec's table: a build scans it
+        self.rows = rows  # the vectors by seq: catching up reads a few from there
         self.log, self.snapshots = log_tables(vec)
         # the keyword index (keywords.py) follows the same log: rows after its id stay
         self.kept = f"coalesce((SELECT log_id FROM {state_table(vec)}), id)"
@@ -347,7 +350,7 @@ class Graphs:
             part = seqs[start : start + 500]
             marks = ",".join("?" * len(part))
             rows = conn.exec_driver_sql(
-                f"SELECT rowid, embedding FROM {self.vec} WHERE rowid IN ({marks})", tuple(part)
+                f"SELECT seq, embedding FROM {self.rows} WHERE seq IN ({marks})", tuple(part)
             )
             found.update({int(rowid): blob for rowid, blob in rows})
         return found
