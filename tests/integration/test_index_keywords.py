@@ -76,6 +76,27 @@ def test_searches_answer_from_tantivy_within_their_dataset(setup) -> None:
     assert index.keywords.builds == 1
 
 
+def test_another_datasets_words_do_not_move_a_datasets_ranking(setup) -> None:
+    """A word's BM25 weight is its dataset's: another tenant's many chunks holding "gamma"
+    (which would make it a common word of the whole table) leave this dataset's order as it
+    was, the chunk of its rarer word first."""
+    index, dataset = setup
+    with index.db.write() as conn:
+        other = insert_dataset(conn, str(uuid.uuid4()))
+        document = insert_document(conn, dataset)
+        elsewhere = insert_document(conn, other)
+    bodies = ["alpha w1 w2", "gamma w3 w4", "alpha w5 w6", *texts(5, 40)]
+    write(index, dataset, document, 1, bodies)
+    kept(index)
+    without_fts(index)
+    alone = found(index, dataset, "alpha gamma", k=3)
+    assert alone == ["gamma w3 w4", "alpha w1 w2", "alpha w5 w6"]
+    write(index, other, elsewhere, 1, [f"gamma {body}" for body in texts(6, 60)])
+    kept(index)
+    assert found(index, dataset, "alpha gamma", k=3) == alone
+    assert len(found(index, other, "gamma", k=100)) == 60
+
+
 def test_a_chunk_is_found_before_the_index_holds_it_and_a_dropped_one_never(setup) -> None:
     index, dataset = setup
     with index.db.write() as conn:
