@@ -5,6 +5,7 @@ printed and written, and a threshold that falls short failing the run."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,32 @@ def test_bench_search_measures_both_topologies_at_a_given_number_of_chunks(
     assert embedded["index_memory_mb"] > 0  # the large dataset went through its graph
     assert embedded["settings"]["ef_sweep"]
     assert "kops bench search" in result.output  # the table
+
+
+def test_bench_search_measures_a_kept_database_again_as_a_start_of_this_version_finds_it(
+    tmp_path: Path,
+) -> None:
+    """A kept embedded database is measured again without being written: a start of this
+    version fills what an earlier one lacked (here the plain vector table), and without
+    --rebuild the graphs are loaded as they were kept instead of built again."""
+    kept = tmp_path / "kept"
+    args = (
+        "bench", "search", "--chunks", "3000", "--questions", "20", "--topology", "embedded",
+        "--collections", str(EVAL), "--keep", str(kept),
+    )  # fmt: skip
+    first = run_kops(*args, "--out", str(tmp_path / "first.json"), timeout=600)
+    assert first.returncode == 0, first.output
+    (written,) = json.loads((tmp_path / "first.json").read_text())
+    assert written["settings"]["reused_database"] is False
+    with sqlite3.connect(kept / "kops.db") as conn:  # the index as an earlier version left it
+        conn.execute("DROP TABLE chunk_vectors_384_v2_rows")
+    again = run_kops(*args, "--no-rebuild", "--out", str(tmp_path / "again.json"), timeout=600)
+    assert again.returncode == 0, again.output
+    (measured,) = json.loads((tmp_path / "again.json").read_text())
+    assert measured["settings"]["reused_database"] is True
+    assert measured["settings"]["rebuilt_side_indexes"] is False
+    assert measured["write_s"] < written["write_s"]  # nothing written
+    assert min(measured["recall_at_10"].values()) >= 0.9
+    with sqlite3.connect(kept / "kops.db") as conn:
+        (rows,) = conn.execute("SELECT count(*) FROM chunk_vectors_384_v2_rows").fetchone()
+    assert rows == 3000

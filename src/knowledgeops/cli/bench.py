@@ -278,6 +278,13 @@ def bench_search(
             "measures it again without writing it."
         ),
     ] = None,
+    rebuild: Annotated[
+        bool,
+        typer.Option(
+            help="On a kept database, build the graphs and the keyword index again (timed); "
+            "--no-rebuild loads them as they were kept."
+        ),
+    ] = True,
     out: OutOption = None,
 ) -> None:
     """Search at CHUNKS chunks, per topology: p50/p95 of vector, keyword and hybrid search with
@@ -292,7 +299,7 @@ def bench_search(
         raise fail("no eval/ folder found: run this in the checkout, or give --collections")
     try:
         figures = search.run_search_bench(
-            root, chunks=chunks, topologies=chosen, questions=questions, keep=keep
+            root, chunks=chunks, topologies=chosen, questions=questions, keep=keep, rebuild=rebuild
         )
     except ValueError as exc:
         raise fail(str(exc)) from None

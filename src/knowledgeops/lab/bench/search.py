@@ -295,24 +295,29 @@ def _kept_chunks(db: Database) -> int:
     return int(found or 0)
 
 
+def _forget_side_indexes(index: SqliteIndex, db: Database, folder: Path) -> None:
+    """A kept database's graphs and keyword index are forgotten, so they are built again (and
+    timed) as at a first start: their rows, of whichever versions, and their folders."""
+    with db.write() as tx:
+        names = [
+            row[0]
+            for row in tx.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND (name = ? OR name LIKE ?)",
+                (index.graphs.snapshots, f"{index.vec}_keywords%"),
+            )
+        ]
+        for name in names:
+            tx.exec_driver_sql(f"DELETE FROM {name}")
+    shutil.rmtree(folder / "kops.db.graphs", ignore_errors=True)
+    shutil.rmtree(folder / "kops.db.keywords", ignore_errors=True)
+
+
 def _build_side_indexes(
-    figures: SearchFigures,
-    index: SqliteIndex,
-    db: Database,
-    folder: Path,
-    dataset_ids: Sequence[str],
-    *,
-    reuse: bool,
+    figures: SearchFigures, index: SqliteIndex, dataset_ids: Sequence[str]
 ) -> None:
     """Build the graphs and the keyword index from the database, as at a first start, and time
-    them."""
+    them (on a kept database without `rebuild`: load them as kept)."""
     chunks = figures.chunks
-    if reuse:
-        with db.write() as tx:
-            tx.exec_driver_sql(f"DELETE FROM {index.graphs.snapshots}")
-            tx.exec_driver_sql(f"DELETE FROM {index.keywords.state}")
-        shutil.rmtree(folder / "kops.db.graphs", ignore_errors=True)
-        shutil.rmtree(folder / "kops.db.keywords", ignore_errors=True)
     before = rss_mb(os.getpid())
     began = time.perf_counter()
     if chunks >= index.graph_min_chunks:
@@ -338,10 +343,16 @@ def _build_side_indexes(
 
 
 def bench_embedded(
-    root: Path, chunks: int, questions: list[str], keep: Path | None = None
+    root: Path,
+    chunks: int,
+    questions: list[str],
+    keep: Path | None = None,
+    *,
+    rebuild: bool = True,
 ) -> SearchFigures:
     """With `keep`, the database stays in that folder, and a later run of as many chunks
-    measures it again without writing it (only the graphs' build is timed again)."""
+    measures it again without writing it: its graphs and keyword index are built again and
+    timed, or, without `rebuild`, loaded as they were kept."""
     figures = SearchFigures("embedded", chunks, len(questions))
     folder = keep or Path(tempfile.mkdtemp(prefix="kops-bench-search-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -352,15 +363,19 @@ def bench_embedded(
         if keep is not None and not reuse and _kept_chunks(db):
             raise ValueError(f"{keep} holds another corpus: give an empty folder")
         index = SqliteIndex(db, DIMENSION)
-        if not reuse:  # (on a kept one it would open the keyword index, timed below instead)
-            index.ensure()
+        if reuse and rebuild:
+            _forget_side_indexes(index, db, folder)
+        began = time.perf_counter()
+        index.ensure()  # on a kept database: what a start of this version does to it
+        figures.settings["start_s"] = round(time.perf_counter() - began, 1)
         dataset_ids = _datasets(db, write=not reuse)
         passages = Passages(faq_pages(root), DIMENSION)
         began = time.perf_counter()
         corpus = _write(index, db, passages, chunks, dataset_ids, write=not reuse)
         figures.write_s = round(time.perf_counter() - began, 1)
         figures.settings["reused_database"] = reuse
-        _build_side_indexes(figures, index, db, folder, dataset_ids, reuse=reuse)
+        figures.settings["rebuilt_side_indexes"] = rebuild or not reuse
+        _build_side_indexes(figures, index, dataset_ids)
         index.close()  # writes the snapshots: their size is part of the disk
         index = SqliteIndex(db, DIMENSION)
         for dataset_id in dataset_ids:
@@ -538,24 +553,33 @@ def _sweep(
 
 
 EF_SWEEP = (128, 256, 512, 1024, 2048)
+CANDIDATES_SWEEP = (40, 160)  # the graph's nearest scored exactly (at k 10), at each ef
 PG_EF_SWEEP = (40, 100, 200, 400)
 
 
 def _ef_sweep(
     index: SqliteIndex, corpus: Corpus, dataset_id: str, questions: Sequence[str]
 ) -> dict[str, dict[str, float]]:
-    """The graph's `ef` (EXPANSION_SEARCH)."""
+    """The graph's `ef` (EXPANSION_SEARCH) with each count of candidates scored exactly
+    (CANDIDATES_MIN): keyed "<ef>/<candidates>"."""
     if not index.graphs.ready(dataset_key(dataset_id)):
         return {}
     graph = index.graphs._graphs[dataset_key(dataset_id)]
-
-    def apply(ef: int) -> None:
-        graph.index.expansion_search = ef  # type: ignore[misc]
-
+    chosen = graphs.CANDIDATES_MIN
+    out = {}
     try:
-        return _sweep(index, corpus, dataset_id, questions, EF_SWEEP, apply)
+        for candidates in CANDIDATES_SWEEP:
+            graphs.CANDIDATES_MIN = candidates
+
+            def apply(ef: int) -> None:
+                graph.index.expansion_search = ef  # type: ignore[misc]
+
+            found = _sweep(index, corpus, dataset_id, questions, EF_SWEEP, apply)
+            out.update({f"{ef}/{candidates}": figures for ef, figures in found.items()})
     finally:
-        apply(graphs.EXPANSION_SEARCH)
+        graphs.CANDIDATES_MIN = chosen
+        graph.index.expansion_search = graphs.EXPANSION_SEARCH  # type: ignore[misc]
+    return out
 
 
 def _pg_ef_sweep(
@@ -655,6 +679,7 @@ def run_search_bench(
     topologies: Sequence[str] = TOPOLOGIES,
     questions: int = 200,
     keep: Path | None = None,
+    rebuild: bool = True,
 ) -> list[SearchFigures]:
     asked = _questions(root)
     picked = [asked[n % len(asked)] for n in range(0, len(asked), max(1, len(asked) // questions))]
@@ -662,7 +687,7 @@ def run_search_bench(
     out = []
     for topology in topologies:
         if topology == "embedded":
-            out.append(bench_embedded(root, chunks, picked, keep))
+            out.append(bench_embedded(root, chunks, picked, keep, rebuild=rebuild))
         else:
             out.append(bench_scaleout(root, chunks, picked))
     return out
