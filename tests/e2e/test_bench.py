@@ -6,14 +6,19 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pypdfium2 as pdfium
 import pytest
 
 from knowledgeops.lab.bench.corpus import build
+from tests.e2e.conftest import KOPS, kops_env
 from tests.fixtures.documents import make_pdf
 
 pytestmark = pytest.mark.e2e
@@ -156,3 +161,38 @@ def test_kops_bench_live_measures_streams_and_the_dashboards_pages(tmp_path: Pat
     pages = report["pages_ms"]
     assert {"documents page 1", "datasets", "deployment", "a document's chunks"} <= set(pages)
     assert all(p["p95"] >= p["p50"] > 0 for p in pages.values())
+
+
+def test_a_bench_stopped_by_sigterm_stops_its_postgres_and_removes_its_folder() -> None:
+    """`kill <pid>` of a bench in the middle of its work: the PostgreSQL it started stops and
+    its folder goes (the default action of SIGTERM left both behind)."""
+    # PostgreSQL runs as `postgres` when we are root: its folder's parents must let it in,
+    # and pytest's own temporary folders do not
+    scratch = Path(tempfile.mkdtemp(prefix="kops-sigterm-"))
+    scratch.chmod(0o755)
+    env = {**kops_env(), "TMPDIR": str(scratch)}
+    command = [
+        *KOPS, "bench", "search", "--chunks", "200000", "--topology", "scale-out",
+        "--collections", str(Path(__file__).resolve().parents[2] / "eval"),
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, cwd=scratch,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not list(scratch.glob("kops-bench-search-pg-*/pg/pgdata/postmaster.pid")):
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            assert time.monotonic() < deadline, "the bench's PostgreSQL did not start"
+            time.sleep(0.5)
+        (data,) = scratch.glob("kops-bench-search-pg-*/pg/pgdata")
+        time.sleep(5)  # writing chunks by now
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 128 + signal.SIGTERM
+        running = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)
+        assert str(data) not in running.stdout
+        assert not list(scratch.glob("kops-bench-search-pg-*"))
+    finally:
+        if process.poll() is None:
+            process.kill()
+        shutil.rmtree(scratch, ignore_errors=True)

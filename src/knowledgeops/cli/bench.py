@@ -102,6 +102,16 @@ def _bench_report(report: Any, out: Path | None) -> None:
         raise typer.Exit(1)
 
 
+def _unwind_on_sigterm() -> None:
+    """SIGTERM raises SystemExit, so the `finally` blocks run: the servers a bench or the chaos
+    suite started stop and their folders go (the default action left them running)."""
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 @bench_app.callback(invoke_without_command=True)
 def bench_all(
     ctx: typer.Context,
@@ -124,6 +134,7 @@ def bench_all(
     out: OutOption = None,
 ) -> None:
     """Run every phase and print one table (see docs/performance.md)."""
+    _unwind_on_sigterm()  # every bench: its own PostgreSQL, Redis and folders are cleaned up
     if ctx.invoked_subcommand is not None:
         return
     bench_run = lab("bench.run")
@@ -384,11 +395,7 @@ def chaos(
     that nothing was lost, doubled or left stuck; exits 1 if anything was."""
     suite = lab("chaos", needs=("pgserver", "reportlab"), extra="bench")
     configure_logging("WARNING")
-
-    def stop(signum: int, _frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)  # unwinds: every process and folder is cleaned up
-
-    signal.signal(signal.SIGTERM, stop)
+    _unwind_on_sigterm()
     if soak is not None:
         if only:
             raise fail("--only chooses scenarios; --soak runs none of them")
