@@ -27,6 +27,7 @@ an older one fills the new one from the chunks' text and drops the old, in one t
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -47,6 +48,8 @@ from knowledgeops.ingest.index.keys import dataset_key
 from knowledgeops.ingest.index.keywords import KEYWORD_MIN_CHUNKS, Keywords
 from knowledgeops.ingest.index.keywords import create_table as create_keyword_table
 from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, query_terms
+
+logger = logging.getLogger(__name__)  # (`self.log` is the vector log's table)
 
 SQLITE_MAX_VARS = 500  # ids per IN (...) list
 _T = TypeVar("_T")
@@ -166,9 +169,18 @@ class SqliteIndex:
         conn.exec_driver_sql(
             f"CREATE TABLE {self.rows} (seq INTEGER PRIMARY KEY, embedding BLOB NOT NULL)"
         )
-        conn.exec_driver_sql(
+        began = time.perf_counter()
+        filled = conn.exec_driver_sql(
             f"INSERT INTO {self.rows} (seq, embedding) SELECT rowid, embedding FROM {self.vec}"
-        )
+        ).rowcount
+        if filled:
+            logger.info(
+                "filled %s with the %d vectors of %s in %.1f s (once: an index made before it)",
+                self.rows,
+                filled,
+                self.vec,
+                time.perf_counter() - began,
+            )
 
     def _rebuild_keywords(self, conn: Connection) -> None:
         """Fill the keyword table from every chunk's text (the terms changed since it was made)."""
