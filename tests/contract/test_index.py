@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,6 +14,7 @@ import pytest
 
 from knowledgeops.db.engine import Database
 from knowledgeops.errors import IndexUnavailable
+from knowledgeops.ingest.index import vector_rows
 from knowledgeops.ingest.index.base import ChunkIndex, IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keys import dataset_key
@@ -505,7 +507,7 @@ def test_the_plain_vector_table_follows_every_write_and_delete(sqlite_db: Databa
 
 
 def test_an_index_made_before_the_plain_vector_table_is_filled_at_start(
-    sqlite_db: Database,
+    sqlite_db: Database, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A database whose index has only sqlite-vec's table (an earlier version): the next start
     fills the plain table with every vector, active or not, and searches score from it."""
@@ -522,14 +524,67 @@ def test_an_index_made_before_the_plain_vector_table_is_filled_at_start(
         conn.exec_driver_sql(f"DROP TABLE {index.rows}")
     with pytest.raises(IndexUnavailable, match=index.rows):
         index.verify()
-    index.ensure()
+    with caplog.at_level(logging.INFO, logger=vector_rows.__name__):
+        index.ensure()
     index.verify()
+    assert "from sqlite-vec's storage" in caplog.text  # its shadow tables, read directly
     vec, rows = _vector_rows(sqlite_db, index)
     assert len(rows) == 4
     assert rows == vec
     assert harness.texts(ds, "ownership rules in rust", k=5) == expected
     harness.activate(doc, 2)
     assert harness.texts(ds, "generation", k=5) == ["a generation not active yet"]
+
+
+def test_the_fill_from_storage_reads_every_chunk_of_vectors_around_deleted_rows(
+    sqlite_db: Database,
+) -> None:
+    """2,500 vectors (three of sqlite-vec's 1,024-vector chunks), a document deleted from the
+    middle: the fill from its storage holds exactly what sqlite-vec holds."""
+    index = SqliteIndex(sqlite_db, EMBED.dimension)
+    index.ensure()
+    harness = Harness(index, sqlite_db)
+    ds = harness.dataset()
+    docs = [harness.document(ds) for _ in range(5)]
+    for n, doc in enumerate(docs):
+        harness.write(ds, doc, 1, [f"chunk {n} {m} of the fill" for m in range(500)])
+        harness.activate(doc, 1)
+    with harness.tx() as tx:
+        index.delete_document(tx, docs[2])
+    with sqlite_db.write() as conn:
+        conn.exec_driver_sql(f"DROP TABLE {index.rows}")
+    index.ensure()
+    vec, rows = _vector_rows(sqlite_db, index)
+    assert len(vec) == 2000
+    assert rows == vec
+
+
+def test_a_storage_layout_that_does_not_read_falls_back_to_sqlite_vecs_scan(
+    sqlite_db: Database, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another sqlite-vec layout (another version): the partial fill is cleared and the table
+    filled through sqlite-vec's own scan, row for row the same."""
+    index = SqliteIndex(sqlite_db, EMBED.dimension)
+    index.ensure()
+    harness = Harness(index, sqlite_db)
+    ds = harness.dataset()
+    doc = harness.document(ds)
+    harness.write(ds, doc, 1, DOC)
+    harness.activate(doc, 1)
+    with sqlite_db.write() as conn:
+        conn.exec_driver_sql(f"DROP TABLE {index.rows}")
+
+    def unreadable(conn: Any, vec: str, rows: str, dimension: int) -> None:
+        conn.exec_driver_sql(f"INSERT INTO {rows} (seq, embedding) VALUES (999999, x'00')")
+        # what a layout it cannot read gives, after a partial fill
+
+    monkeypatch.setattr(vector_rows, "_from_storage", unreadable)
+    with caplog.at_level(logging.INFO, logger=vector_rows.__name__):
+        index.ensure()
+    assert "through sqlite-vec's scan" in caplog.text
+    vec, rows = _vector_rows(sqlite_db, index)
+    assert len(rows) == 3
+    assert rows == vec
 
 
 def test_a_filter_is_applied_inside_the_search_so_top_k_counts_only_what_passes(

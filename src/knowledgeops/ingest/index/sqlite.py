@@ -11,7 +11,7 @@ Each vector is also kept in a plain table keyed by `seq` (`<vector table>_rows`)
 deleted in the same transactions: sqlite-vec reads one vector by rowid in about 325 µs at a
 million chunks (it unpacks a 1.5 MB chunk of vectors), the plain table in 9 µs, so the exact
 scoring of a graph's candidates and of a small dataset reads from there. A start that finds no
-plain table fills it from sqlite-vec's in the transaction that creates it.
+plain table fills it from sqlite-vec's in the transaction that creates it (vector_rows.py).
 Datasets of `GRAPH_MIN_CHUNKS` chunks or more are searched through an HNSW graph kept beside the
 database (graphs.py), every candidate scored exactly here against what is active; smaller ones,
 and searches whose filter admits few chunks, are exact over the dataset's own rows (their cost
@@ -27,7 +27,6 @@ an older one fills the new one from the chunks' text and drops the old, in one t
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -41,6 +40,7 @@ from sqlalchemy.engine import make_url
 from knowledgeops.db.engine import Database, Tx
 from knowledgeops.db.schema import documents
 from knowledgeops.errors import IndexUnavailable
+from knowledgeops.ingest.index import vector_rows
 from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
 from knowledgeops.ingest.index.filters import SearchFilter, sqlite_where
 from knowledgeops.ingest.index.graphs import RESET, Graphs, candidates_for, create_tables
@@ -48,8 +48,6 @@ from knowledgeops.ingest.index.keys import dataset_key
 from knowledgeops.ingest.index.keywords import KEYWORD_MIN_CHUNKS, Keywords
 from knowledgeops.ingest.index.keywords import create_table as create_keyword_table
 from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, query_terms
-
-logger = logging.getLogger(__name__)  # (`self.log` is the vector log's table)
 
 SQLITE_MAX_VARS = 500  # ids per IN (...) list
 _T = TypeVar("_T")
@@ -115,7 +113,7 @@ class SqliteIndex:
             for (name,) in stale:
                 conn.exec_driver_sql(f"DROP TABLE {name}")
             self._move_legacy_vectors(conn)
-            self._create_rows(conn)
+            vector_rows.create(conn, self.vec, self.rows, self.dimension)
             older = [
                 row[0]
                 for row in conn.exec_driver_sql(
@@ -157,30 +155,6 @@ class SqliteIndex:
             )
             last = rows[-1][0]
         conn.exec_driver_sql(f"DROP TABLE {self.legacy_vec}")
-
-    def _create_rows(self, conn: Connection) -> None:
-        """The plain table of vectors by seq; one made now is filled from sqlite-vec's table
-        (an index made before it was kept: a sequential scan, seconds at a million chunks)."""
-        found = conn.exec_driver_sql(
-            "SELECT 1 FROM sqlite_master WHERE name = ?", (self.rows,)
-        ).first()
-        if found is not None:
-            return
-        conn.exec_driver_sql(
-            f"CREATE TABLE {self.rows} (seq INTEGER PRIMARY KEY, embedding BLOB NOT NULL)"
-        )
-        began = time.perf_counter()
-        filled = conn.exec_driver_sql(
-            f"INSERT INTO {self.rows} (seq, embedding) SELECT rowid, embedding FROM {self.vec}"
-        ).rowcount
-        if filled:
-            logger.info(
-                "filled %s with the %d vectors of %s in %.1f s (once: an index made before it)",
-                self.rows,
-                filled,
-                self.vec,
-                time.perf_counter() - began,
-            )
 
     def _rebuild_keywords(self, conn: Connection) -> None:
         """Fill the keyword table from every chunk's text (the terms changed since it was made)."""
