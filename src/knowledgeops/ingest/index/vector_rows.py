@@ -57,39 +57,37 @@ def _from_storage(conn: Connection, vec: str, rows: str, dimension: int) -> int 
     the expected one (then `rows` holds a partial fill the caller clears)."""
     width = 4 * dimension
     try:
+        # each chunk's blob read once (SQL's substr would read the 1.5 MB blob for every row)
         places = conn.exec_driver_sql(
             f"SELECT chunk_id, chunk_offset, rowid FROM {vec}_rowids "
             "WHERE chunk_id IS NOT NULL ORDER BY chunk_id, chunk_offset"
         )
         filled = 0
         current_id: int | None = None
-        current = b""
-        batch: list[tuple[int, bytes]] = []
+        current = memoryview(b"")
         while part := places.fetchmany(FILL_BATCH):
+            batch: list[tuple[int, bytes]] = []
             for chunk_id, offset, seq in part:
                 if chunk_id != current_id:
-                    current = (
-                        conn.exec_driver_sql(
-                            f"SELECT vectors FROM {vec}_vector_chunks00 WHERE rowid = ?",
-                            (chunk_id,),
-                        ).scalar()
-                        or b""
-                    )
-                    current_id = chunk_id
-                piece = bytes(current[offset * width : (offset + 1) * width])
+                    blob = conn.exec_driver_sql(
+                        f"SELECT vectors FROM {vec}_vector_chunks00 WHERE rowid = ?", (chunk_id,)
+                    ).scalar()
+                    current, current_id = memoryview(blob or b""), chunk_id
+                piece = current[offset * width : (offset + 1) * width].tobytes()
                 if len(piece) != width:
                     return None
                 batch.append((int(seq), piece))
             conn.exec_driver_sql(f"INSERT INTO {rows} (seq, embedding) VALUES (?, ?)", batch)
             filled += len(batch)
-            batch = []
         listed = conn.exec_driver_sql(f"SELECT count(*) FROM {vec}_rowids").scalar()
         if filled != listed:
             return None
-        sample = conn.exec_driver_sql(
-            f"SELECT seq, embedding FROM {rows} ORDER BY random() LIMIT ?", (CHECKED,)
-        ).all()
-        for seq, blob in sample:
+        low, high = conn.exec_driver_sql(f"SELECT min(seq), max(seq) FROM {rows}").one()
+        for n in range(CHECKED if filled else 0):  # spread over the table, chunks and offsets
+            seq, blob = conn.exec_driver_sql(
+                f"SELECT seq, embedding FROM {rows} WHERE seq >= ? ORDER BY seq LIMIT 1",
+                (low + (high - low) * n // CHECKED,),
+            ).one()
             truth = conn.exec_driver_sql(
                 f"SELECT embedding FROM {vec} WHERE rowid = ?", (seq,)
             ).scalar()
