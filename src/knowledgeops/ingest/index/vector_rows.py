@@ -6,10 +6,11 @@ sqlite-vec reads one vector by rowid in about 325 µs at a million chunks, and i
 against 59 s from its storage. So the fill reads sqlite-vec's storage directly, the way
 version 0.1.9 (pinned) lays it out: `<table>_rowids` (rowid, chunk_id, chunk_offset; a
 delete removes its row) and `<table>_vector_chunks00` (one blob of `chunk_size` float32
-vectors per chunk_id), a vector being the slice at its offset. The result is checked before it is kept: every row of
-`_rowids` filled, and a sample compared with what sqlite-vec itself returns for those rowids;
-a layout that is not that one (another version, a table that does not read) falls back to
-sqlite-vec's scan. Either way it runs in the transaction that creates the table.
+vectors per chunk_id), a vector being the slice at its offset. The result is checked before
+it is kept: every row of `_rowids` filled, and a sample spread over the table compared with
+what sqlite-vec itself returns for those rowids; a layout that is not that one (another
+version, a table that does not read) falls back to sqlite-vec's scan. Either way it runs in
+the transaction that creates the table.
 """
 
 from __future__ import annotations
