@@ -506,22 +506,33 @@ def test_the_plain_vector_table_follows_every_write_and_delete(sqlite_db: Databa
     ]
 
 
+def _indexed(db: Database) -> tuple[SqliteIndex, Harness, str, str]:
+    """An embedded index holding DOC, active, in one document of one dataset."""
+    index = SqliteIndex(db, EMBED.dimension)
+    index.ensure()
+    harness = Harness(index, db)
+    ds = harness.dataset()
+    doc = harness.document(ds)
+    harness.write(ds, doc, 1, DOC)
+    harness.activate(doc, 1)
+    return index, harness, ds, doc
+
+
+def _drop_rows(db: Database, index: SqliteIndex) -> None:
+    """The index as a version before the plain vector table left it."""
+    with db.write() as conn:
+        conn.exec_driver_sql(f"DROP TABLE {index.rows}")
+
+
 def test_an_index_made_before_the_plain_vector_table_is_filled_at_start(
     sqlite_db: Database, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A database whose index has only sqlite-vec's table (an earlier version): the next start
     fills the plain table with every vector, active or not, and searches score from it."""
-    index = SqliteIndex(sqlite_db, EMBED.dimension)
-    index.ensure()
-    harness = Harness(index, sqlite_db)
-    ds = harness.dataset()
-    doc = harness.document(ds)
-    harness.write(ds, doc, 1, DOC)
-    harness.activate(doc, 1)
+    index, harness, ds, doc = _indexed(sqlite_db)
     harness.write(ds, doc, 2, ["a generation not active yet"])
     expected = harness.texts(ds, "ownership rules in rust", k=5)
-    with sqlite_db.write() as conn:  # the index as the previous version left it
-        conn.exec_driver_sql(f"DROP TABLE {index.rows}")
+    _drop_rows(sqlite_db, index)
     with pytest.raises(IndexUnavailable, match=index.rows):
         index.verify()
     with caplog.at_level(logging.INFO, logger=vector_rows.__name__):
@@ -551,8 +562,7 @@ def test_the_fill_from_storage_reads_every_chunk_of_vectors_around_deleted_rows(
         harness.activate(doc, 1)
     with harness.tx() as tx:
         index.delete_document(tx, docs[2])
-    with sqlite_db.write() as conn:
-        conn.exec_driver_sql(f"DROP TABLE {index.rows}")
+    _drop_rows(sqlite_db, index)
     index.ensure()
     vec, rows = _vector_rows(sqlite_db, index)
     assert len(vec) == 2000
@@ -564,15 +574,8 @@ def test_a_storage_layout_that_does_not_read_falls_back_to_sqlite_vecs_scan(
 ) -> None:
     """Another sqlite-vec layout (another version): the partial fill is cleared and the table
     filled through sqlite-vec's own scan, row for row the same."""
-    index = SqliteIndex(sqlite_db, EMBED.dimension)
-    index.ensure()
-    harness = Harness(index, sqlite_db)
-    ds = harness.dataset()
-    doc = harness.document(ds)
-    harness.write(ds, doc, 1, DOC)
-    harness.activate(doc, 1)
-    with sqlite_db.write() as conn:
-        conn.exec_driver_sql(f"DROP TABLE {index.rows}")
+    index, _, _, _ = _indexed(sqlite_db)
+    _drop_rows(sqlite_db, index)
 
     def unreadable(conn: Any, vec: str, rows: str, dimension: int) -> None:
         conn.exec_driver_sql(f"INSERT INTO {rows} (seq, embedding) VALUES (999999, x'00')")
