@@ -20,7 +20,7 @@ from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keys import dataset_key
 from knowledgeops.ingest.index.memory import MemoryIndex
 from knowledgeops.ingest.index.pgvector import PgVectorIndex, PgVectorMissing
-from knowledgeops.ingest.index.sqlite import SqliteIndex
+from knowledgeops.ingest.index.sqlite import ACTIVE_CHUNKS, SqliteIndex
 from knowledgeops.lab.embedders import HashingEmbedder
 from tests.fixtures.rows import insert_dataset, insert_document
 
@@ -671,3 +671,14 @@ def test_equal_scores_come_back_in_one_stable_order(harness: Harness) -> None:
         assert hits[0] == hits[1] == hits[2], mode
         # ties in the order the chunks were written
         assert hits[0] == [(doc, n) for doc in docs for n in (0, 1)], mode
+
+
+def test_a_datasets_searchable_chunks_are_counted_from_an_index_alone(sqlite_db: Database) -> None:
+    """Every search counts the dataset's searchable chunks: SQLite answers it from the covering
+    index, without reading a document row (their metadata makes them wide)."""
+    with sqlite_db.read() as conn:
+        plan = " ".join(
+            str(row[-1])
+            for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {ACTIVE_CHUNKS}", ("any",))
+        )
+    assert "COVERING INDEX ix_documents_dataset_id_active_generation_chunk_count" in plan

@@ -91,6 +91,8 @@ class Document(Timestamps, Base):
         UniqueConstraint("dataset_id", "sha256"),
         Index(None, "dataset_id", "status"),
         Index(None, "dataset_id", "embedding_model"),
+        # covers the sum of a dataset's searchable chunks (SqliteIndex._active_chunks)
+        Index(None, "dataset_id", "active_generation", "chunk_count"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
