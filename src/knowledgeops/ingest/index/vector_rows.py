@@ -27,12 +27,17 @@ FILL_BATCH = 2000  # rows inserted per statement
 CHECKED = 64  # rows compared with sqlite-vec's own answer after a fill from its storage
 
 
+def create_table(conn: Connection, name: str) -> None:
+    """An empty table of vectors by seq, named `name`."""
+    conn.exec_driver_sql(f"CREATE TABLE {name} (seq INTEGER PRIMARY KEY, embedding BLOB NOT NULL)")
+
+
 def create(conn: Connection, vec: str, rows: str, dimension: int) -> None:
     """Create `rows` if it is missing, filled with every vector of the sqlite-vec table `vec`."""
     found = conn.exec_driver_sql("SELECT 1 FROM sqlite_master WHERE name = ?", (rows,)).first()
     if found is not None:
         return
-    conn.exec_driver_sql(f"CREATE TABLE {rows} (seq INTEGER PRIMARY KEY, embedding BLOB NOT NULL)")
+    create_table(conn, rows)
     began = time.perf_counter()
     filled = _from_storage(conn, vec, rows, dimension)
     how = "from sqlite-vec's storage"

@@ -41,7 +41,7 @@ from sqlalchemy import insert, text
 from knowledgeops.db.engine import Database
 from knowledgeops.db.migrate import upgrade
 from knowledgeops.db.schema import datasets, documents
-from knowledgeops.ingest.index import graphs, pgvector
+from knowledgeops.ingest.index import graphs, pgvector, vector_rows
 from knowledgeops.ingest.index.base import ChunkIndex, Hit, IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keys import dataset_key
@@ -415,9 +415,7 @@ def _rows_cost(index: SqliteIndex, db: Database, documents_made: Sequence[str]) 
     count = 0
     with db.write() as tx:
         tx.exec_driver_sql(f"DROP TABLE IF EXISTS {twin}")
-        tx.exec_driver_sql(
-            f"CREATE TABLE {twin} (seq INTEGER PRIMARY KEY, embedding BLOB NOT NULL)"
-        )
+        vector_rows.create_table(tx, twin)
     try:
         for document_id in documents_made:
             with db.read() as conn:
