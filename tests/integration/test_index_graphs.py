@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from knowledgeops.db.engine import Database
+from knowledgeops.ingest.index import graphs
 from knowledgeops.ingest.index.base import IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keys import dataset_key
@@ -95,6 +96,26 @@ def test_a_graph_search_equals_exact_on_a_small_dataset(setup) -> None:
     assert index.graphs.size(dataset_key(dataset)) == 300
     for query in texts(2, 20):
         assert found(index, dataset, query) == exact(index, dataset, query)
+
+
+def test_a_fused_lists_short_walk_leaves_the_vector_searchs_walk_as_it_was(
+    setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hybrid search's vector list walks the graph less far (EXPANSION_FUSED): the walk's
+    breadth is the graph's own setting, so it must be set back for every other search."""
+    index, dataset = setup
+    with index.db.write() as conn:
+        document = insert_document(conn, dataset)
+    write(index, dataset, document, 1, texts(1, 300))
+    built(index, dataset)
+    monkeypatch.setattr(graphs, "EXPANSION_FUSED", 1)
+    live = {chunk_id(document, 1, n) for n in range(300)}
+    for query in texts(2, 20):
+        fused = index.search_vector(dataset, EMBED.vector(query), 5, fused=True)
+        assert len(fused) == 5 and {h.chunk_id for h in fused} <= live
+        assert found(index, dataset, query) == exact(index, dataset, query)
+    graph = index.graphs._graphs[dataset_key(dataset)]
+    assert graph.index.expansion_search == graphs.EXPANSION_SEARCH
 
 
 def test_a_behind_graph_never_answers_from_a_dropped_generation(setup) -> None:

@@ -137,24 +137,33 @@ class Search:
             # the words are looked up while the query is embedded and its neighbours found:
             # the two take about as long, and each waits mostly in C (the model, SQLite)
             words = self._pool.submit(self.index.search_keyword, dataset_id, query, wanted, where)
-            nearest = self._nearest(dataset_id, query, held, wanted, where)
+            nearest = self._nearest(dataset_id, query, held, wanted, where, fused=True)
             weight = self.models.fusion_weight(held[0] if len(held) == 1 else model)
             hits = score_fusion(query, nearest, words.result(), weight)[:top_k]
         return self._with_names(tenant, dataset_id, hits)
 
     def _nearest(
-        self, dataset_id: str, query: str, held: list[str], k: int, where: SearchFilter | None
+        self,
+        dataset_id: str,
+        query: str,
+        held: list[str],
+        k: int,
+        where: SearchFilter | None,
+        *,
+        fused: bool = False,
     ) -> list[Hit]:
         """The k nearest chunks, the query embedded by the model that embedded them. While the
         documents are on two models, the query is embedded by each, each vector searched among
         that model's documents only, and the lists merged by their scores scaled per model
         (cosines of two models are not comparable)."""
         if len(held) == 1:
-            return self.index.search_vector(dataset_id, self._vector(query, held[0]), k, where)
+            vector = self._vector(query, held[0])
+            return self.index.search_vector(dataset_id, vector, k, where, fused=fused)
         lists = []
         for name in held:
             only = dataclasses.replace(where or SearchFilter(), models=(name,))
-            lists.append(self.index.search_vector(dataset_id, self._vector(query, name), k, only))
+            vector = self._vector(query, name)
+            lists.append(self.index.search_vector(dataset_id, vector, k, only, fused=fused))
         return merge_scaled(lists)[:k]
 
     def _models_held(self, dataset_id: str) -> list[str]:

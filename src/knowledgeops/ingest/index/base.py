@@ -109,9 +109,13 @@ class ChunkIndex(Protocol):
         vector: npt.NDArray[np.float32],
         k: int,
         where: SearchFilter | None = None,
+        *,
+        fused: bool = False,
     ) -> list[Hit]:
         """The k nearest active chunks by cosine similarity (score in [-1, 1], higher is nearer),
-        among the documents `where` admits (filters.py)."""
+        among the documents `where` admits (filters.py). `fused`: the list is one of the two a
+        hybrid search fuses, where what must be right is the fused top k, not this list's
+        order: an approximate index may walk a shorter way for it (docs/architecture.md)."""
         ...
 
     def search_keyword(

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 CONNECTIVITY = 32  # HNSW's M
 EXPANSION_ADD = 256  # ef_construction
 EXPANSION_SEARCH = 1024  # ef
+EXPANSION_FUSED = 1024  # ef of a hybrid search's vector list (SqliteIndex.search_vector)
 DTYPE = "f16"  # the graph's copy of the vectors (i8 lost the order: recall 0.85 at 6k chunks)
 CANDIDATES_MIN = 40  # the graph's nearest asked for at least, then scored exactly
 CANDIDATES_PER_K = 4
@@ -125,11 +126,17 @@ class Graphs:
 
     # --- searches -------------------------------------------------------------------------------
     def nearest(
-        self, conn: Connection, key: int, vector: npt.NDArray[np.float32], want: int
+        self,
+        conn: Connection,
+        key: int,
+        vector: npt.NDArray[np.float32],
+        want: int,
+        breadth: int = EXPANSION_SEARCH,
     ) -> list[int] | None:
-        """Candidate seqs for a search of the dataset `key`: the graph's `want` nearest and the
-        chunks logged as added since it caught up, read in `conn`'s transaction (the one that
-        scores them). None when there is no graph yet (one is built) or it is far behind."""
+        """Candidate seqs for a search of the dataset `key`: the graph's `want` nearest (a walk
+        of `breadth`: HNSW's ef) and the chunks logged as added since it caught up, read in
+        `conn`'s transaction (the one that scores them). None when there is no graph yet (one
+        is built) or it is far behind."""
         graph = self._graphs.get(key)
         if graph is None:
             self.want(key)
@@ -146,6 +153,7 @@ class Graphs:
             return None
         with self._lock:
             index = graph.index
+            index.expansion_search = breadth  # type: ignore[misc]
             found = index.search(np.asarray(vector, dtype=np.float32), want, threads=1)
         seqs = [int(seq) for seq in np.asarray(found.keys)]
         seqs.extend(seq for seq, added in pending if added)

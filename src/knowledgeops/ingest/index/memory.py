@@ -124,6 +124,8 @@ class MemoryIndex:
         vector: npt.NDArray[np.float32],
         k: int,
         where: SearchFilter | None = None,
+        *,
+        fused: bool = False,  # exact either way
     ) -> list[Hit]:
         with self._lock:
             live = self._live(dataset_id, where)

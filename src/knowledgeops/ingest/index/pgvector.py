@@ -385,6 +385,8 @@ class PgVectorIndex:
         vector: npt.NDArray[np.float32],
         k: int,
         where: SearchFilter | None = None,
+        *,
+        fused: bool = False,  # the same walk: its hybrid's cost is the keyword list's
     ) -> list[Hit]:
         with self.db.read() as conn:
             ef_search = self.ef_search(conn, dataset_id, k, where)

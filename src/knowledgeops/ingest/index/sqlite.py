@@ -40,7 +40,7 @@ from sqlalchemy.engine import make_url
 from knowledgeops.db.engine import Database, Tx
 from knowledgeops.db.schema import documents
 from knowledgeops.errors import IndexUnavailable
-from knowledgeops.ingest.index import vector_rows
+from knowledgeops.ingest.index import graphs, vector_rows
 from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
 from knowledgeops.ingest.index.filters import SearchFilter, sqlite_where
 from knowledgeops.ingest.index.graphs import RESET, Graphs, candidates_for, create_tables
@@ -342,10 +342,13 @@ class SqliteIndex:
         vector: npt.NDArray[np.float32],
         k: int,
         where: SearchFilter | None = None,
+        *,
+        fused: bool = False,
     ) -> list[Hit]:
         """Through the dataset's graph when it is large (candidates scored exactly against
         what is active now), else exact over the dataset's rows; exact also when the graph is
-        not there yet or answers fewer than it must."""
+        not there yet or answers fewer than it must. A `fused` list walks the graph less far
+        (graphs.EXPANSION_FUSED)."""
         filtered = where is not None and not where.empty
         with self.db.read() as conn:
             admitted = self._active_chunks(conn, dataset_id, where)
@@ -355,7 +358,8 @@ class SqliteIndex:
             if total >= self.graph_min_chunks and admitted >= self.graph_min_chunks:
                 want = candidates_for(k, admitted / total)
                 key = dataset_key(dataset_id)
-                seqs = self.graphs.nearest(conn, key, vector, want)
+                breadth = graphs.EXPANSION_FUSED if fused else graphs.EXPANSION_SEARCH
+                seqs = self.graphs.nearest(conn, key, vector, want, breadth)
                 if seqs is not None:
                     hits = self._scored(conn, dataset_id, vector, seqs, where, k)
                     if len(hits) >= min(k, admitted):
