@@ -123,22 +123,51 @@ def _content(terms: list[str]) -> list[str]:
 
 
 def coverage(words: list[str], text: str) -> float:
-    """The share of `words` (query_words) that `text` holds as terms. The text's CJK runs are
-    cut (jieba, bigrams) only when a CJK word of the query occurs in it at all: its other
-    terms are its runs of other word characters, as index_text leaves them."""
+    """The share of `words` (query_words) that `text` holds as terms, as index_text makes
+    them. A term is a piece of the text, so a word that is not cannot be held; a CJK word is
+    looked for among the terms of the text's CJK runs that hold it, cut (jieba, bigrams) only
+    then; any other word is a whole run of other word characters."""
     if not words:
         return 0.0
     lowered = text.lower()
-    plain: set[str] | None = None
-    cut: set[str] | None = None
     held = 0
+    cuts: dict[str, set[str]] = {}
+    runs: list[str] | None = None
     for word in words:
+        if word not in lowered:
+            continue
         if _CJK_RUN.search(word) is None:
-            if plain is None:
-                plain = {term for term in _TERM.findall(lowered) if not _CJK_RUN.match(term)}
-            held += word in plain
-        elif word in lowered:  # a term of a text is a piece of it: else it cannot be held
-            if cut is None:
-                cut = set(_WORD.findall(index_text(text).lower()))
-            held += word in cut
+            held += _whole(word, lowered)
+            continue
+        if runs is None:
+            runs = _CJK_RUN.findall(text)
+            japanese = _HAS_KANA.search(text) is not None
+        for run in runs:
+            if word in run:
+                if run not in cuts:
+                    terms = " ".join(_run_terms(run, japanese=japanese))
+                    cuts[run] = set(_WORD.findall(terms.lower()))
+                if word in cuts[run]:
+                    held += 1
+                    break
     return held / len(words)
+
+
+_PLAIN_CHAR = re.compile(f"[^\\W{_CJK}]")  # what a run of other word characters is made of
+
+
+@functools.lru_cache(maxsize=1024)
+def _ending(word: str) -> re.Pattern[str]:
+    return re.compile(re.escape(word) + f"(?!{_PLAIN_CHAR.pattern})")
+
+
+def _whole(word: str, lowered: str) -> bool:
+    """Whether `word` (a run of non-CJK word characters) is a whole term of the text: an
+    occurrence not inside a longer run of such characters (a CJK character or any other ends
+    a term). The word is searched as a literal, its start checked by hand: a regex that
+    begins with a lookbehind is tried at every position (three times slower)."""
+    for found in _ending(word).finditer(lowered):
+        start = found.start()
+        if start == 0 or _PLAIN_CHAR.match(lowered, start - 1) is None:
+            return True
+    return False
