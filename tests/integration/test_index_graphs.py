@@ -112,7 +112,8 @@ def test_a_fused_lists_short_walk_leaves_the_vector_searchs_walk_as_it_was(
     live = {chunk_id(document, 1, n) for n in range(300)}
     for query in texts(2, 20):
         fused = index.search_vector(dataset, EMBED.vector(query), 5, fused=True)
-        assert len(fused) == 5 and {h.chunk_id for h in fused} <= live
+        assert len(fused) == 5
+        assert {h.chunk_id for h in fused} <= live
         assert found(index, dataset, query) == exact(index, dataset, query)
     graph = index.graphs._graphs[dataset_key(dataset)]
     assert graph.index.expansion_search == graphs.EXPANSION_SEARCH
