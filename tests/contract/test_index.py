@@ -16,11 +16,12 @@ from knowledgeops.db.engine import Database
 from knowledgeops.errors import IndexUnavailable
 from knowledgeops.ingest.index import vector_rows
 from knowledgeops.ingest.index.base import ChunkIndex, IndexedChunk, chunk_id, text_hash
+from knowledgeops.ingest.index.counts import ACTIVE_CHUNKS
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keys import dataset_key
 from knowledgeops.ingest.index.memory import MemoryIndex
 from knowledgeops.ingest.index.pgvector import PgVectorIndex, PgVectorMissing
-from knowledgeops.ingest.index.sqlite import ACTIVE_CHUNKS, SqliteIndex
+from knowledgeops.ingest.index.sqlite import SqliteIndex
 from knowledgeops.lab.embedders import HashingEmbedder
 from tests.fixtures.rows import insert_dataset, insert_document
 

@@ -88,6 +88,9 @@ def test_bench_search_measures_both_topologies_at_a_given_number_of_chunks(
     embedded = figures["embedded"]
     assert embedded["index_memory_mb"] > 0  # the large dataset went through its graph
     assert embedded["settings"]["ef_sweep"]
+    # what a search's counts cost when they cannot be kept, per dataset and filter
+    assert set(embedded["settings"]["count_ms"]) == set(embedded["recall_at_10"])
+    assert all(ms > 0 for ms in embedded["settings"]["count_ms"].values())
     assert "kops bench search" in result.output  # the table
 
 

@@ -91,7 +91,7 @@ class Document(Timestamps, Base):
         UniqueConstraint("dataset_id", "sha256"),
         Index(None, "dataset_id", "status"),
         Index(None, "dataset_id", "embedding_model"),
-        # covers the sum of a dataset's searchable chunks (SqliteIndex._active_chunks)
+        # covers the sum of a dataset's searchable chunks (counts.ActiveCounts)
         Index(None, "dataset_id", "active_generation", "chunk_count"),
     )
 

@@ -42,6 +42,7 @@ from knowledgeops.db.schema import documents
 from knowledgeops.errors import IndexUnavailable
 from knowledgeops.ingest.index import graphs, vector_rows
 from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
+from knowledgeops.ingest.index.counts import ActiveCounts
 from knowledgeops.ingest.index.filters import SearchFilter, sqlite_where
 from knowledgeops.ingest.index.graphs import RESET, Graphs, candidates_for, create_tables
 from knowledgeops.ingest.index.keys import dataset_key
@@ -60,12 +61,6 @@ KEYWORD_MIN_HEAD = 100
 KEYWORD_MAX_HEAD = 4000
 GRAPH_MIN_CHUNKS = 1000  # a dataset's active chunks from which its search goes through a graph
 # (the exact search pays about 12 µs a chunk: 12 ms at 1,000, 37 ms at 3,000; docs/performance.md)
-# a dataset's searchable chunks, counted on every search: the index on (dataset_id,
-# active_generation, chunk_count) covers it (6.2 → 1.1 ms at 9,000 documents)
-ACTIVE_CHUNKS = (
-    "SELECT coalesce(sum(d.chunk_count), 0) FROM documents d WHERE d.dataset_id = ? "
-    "AND d.active_generation IS NOT NULL"
-)
 TABLE_CHUNKS_TTL_S = 60.0  # how long the table's count of active chunks is trusted
 
 
@@ -91,6 +86,7 @@ class SqliteIndex:
         self.log = self.graphs.log
         self.keyword_min_chunks = keyword_min_chunks
         self.keywords = Keywords(db, self.vec, self.log, side_folder(db, "keywords"))
+        self.counts = ActiveCounts(db)  # each search's counts, kept between two commits
         self._table_chunks: tuple[float, int] = (-TABLE_CHUNKS_TTL_S, 0)  # (when, how many)
 
     def close(self) -> None:
@@ -98,6 +94,7 @@ class SqliteIndex:
         keyword index (committed: the next start opens it)."""
         self.graphs.close()
         self.keywords.close()
+        self.counts.close()
 
     def ensure(self) -> None:
         """Create the virtual tables if they are missing (idempotent; runs at start-up); a
@@ -350,11 +347,10 @@ class SqliteIndex:
         not there yet or answers fewer than it must. A `fused` list walks the graph less far
         (graphs.EXPANSION_FUSED)."""
         filtered = where is not None and not where.empty
+        admitted, total = self.counts.of(dataset_id, where)
+        if admitted == 0:
+            return []
         with self.db.read() as conn:
-            admitted = self._active_chunks(conn, dataset_id, where)
-            if admitted == 0:
-                return []
-            total = self._active_chunks(conn, dataset_id, None) if filtered else admitted
             if total >= self.graph_min_chunks and admitted >= self.graph_min_chunks:
                 want = candidates_for(k, admitted / total)
                 key = dataset_key(dataset_id)
@@ -367,13 +363,6 @@ class SqliteIndex:
                 if not filtered:  # the graph is being built: sqlite-vec's scan is the fastest
                     return self._scan(conn, dataset_id, vector, k)
             return self._exact(conn, dataset_id, vector, k, where)
-
-    def _active_chunks(self, conn: Connection, dataset_id: str, where: SearchFilter | None) -> int:
-        """How many searchable chunks the dataset's documents (those `where` admits) hold."""
-        params: list[Any] = [dataset_id]
-        conditions = sqlite_where(where, params)
-        found = conn.exec_driver_sql(ACTIVE_CHUNKS + conditions, tuple(params)).scalar()
-        return int(found or 0)
 
     def _scored(
         self,
@@ -500,13 +489,13 @@ class SqliteIndex:
     ) -> list[Hit] | None:
         """The best k by the keyword index's candidates, kept when active and admitted; None
         when the index cannot answer alone (not built, far behind, short under a filter)."""
+        share = 1.0
+        if where is not None and not where.empty:
+            admitted, total = self.counts.of(dataset_id, where)
+            if admitted == 0:
+                return []
+            share = admitted / max(total, 1)
         with self.db.read() as conn:
-            share = 1.0
-            if where is not None and not where.empty:
-                admitted = self._active_chunks(conn, dataset_id, where)
-                if admitted == 0:
-                    return []
-                share = admitted / max(self._active_chunks(conn, dataset_id, None), 1)
             want = int(min(max(k * KEYWORD_HEADROOM, KEYWORD_MIN_HEAD) / share, KEYWORD_MAX_HEAD))
             found = self.keywords.candidates(conn, dataset_key(dataset_id), terms, want)
             if found is None:

@@ -67,6 +67,7 @@ VECTOR_WEIGHT = 0.5
 TOPOLOGIES = ("embedded", "scale-out")
 MODE_BUDGET_S = 60.0  # a mode slower than this over its questions stops at MIN_QUESTIONS or more
 MIN_QUESTIONS = 30
+COUNT_REPEATS = 20  # fresh counts timed per dataset and filter (_count_cost)
 SHELF = SearchFilter(metadata=(("shelf", (0,)),))
 _IDS = uuid.UUID("0b9e55a4-2a43-4a7e-9c2e-5e4d3c2b1a09")  # documents and datasets: the same ids
 # in every run, so a kept database (--keep) is the corpus regenerated in memory
@@ -444,20 +445,52 @@ def bench_embedded(
             figures.settings["keyword_disk_mb"] = round(_folder_mb(folder / "kops.db.keywords"), 1)
         figures.disk_mb = round(_folder_mb(folder), 1)
         _measure(figures, index, corpus, dataset_ids, questions, HashingEmbedder(DIMENSION))
-        if index.keywords.ready:
-            figures.settings["keyword_agreement"] = _keyword_agreement(
-                index, db, dataset_ids, questions
-            )
-        figures.settings["ef_sweep"] = _ef_sweep(index, corpus, dataset_ids[0], questions)
-        figures.settings["fused_sweep"] = _fused_sweep(index, corpus, dataset_ids[0], questions)
-        if index.graphs.ready(dataset_key(dataset_ids[0])):
-            figures.settings["maintenance"] = _maintenance(index, db, passages, dataset_ids[0])
+        _measure_embedded(figures, index, db, corpus, passages, dataset_ids, questions)
         index.close()
     finally:
         db.dispose()
         if keep is None:
             shutil.rmtree(folder, ignore_errors=True)
     return figures
+
+
+def _measure_embedded(
+    figures: SearchFigures,
+    index: SqliteIndex,
+    db: Database,
+    corpus: Corpus,
+    passages: Passages,
+    dataset_ids: Sequence[str],
+    questions: Sequence[str],
+) -> None:
+    """What only the embedded index has: the counts' cost, the keyword index against FTS5,
+    the sweeps of the graphs' breadths, and the index's upkeep."""
+    figures.settings["count_ms"] = _count_cost(index, dataset_ids)
+    if index.keywords.ready:
+        figures.settings["keyword_agreement"] = _keyword_agreement(
+            index, db, dataset_ids, questions
+        )
+    figures.settings["ef_sweep"] = _ef_sweep(index, corpus, dataset_ids[0], questions)
+    figures.settings["fused_sweep"] = _fused_sweep(index, corpus, dataset_ids[0], questions)
+    if index.graphs.ready(dataset_key(dataset_ids[0])):
+        figures.settings["maintenance"] = _maintenance(index, db, passages, dataset_ids[0])
+
+
+def _count_cost(index: SqliteIndex, dataset_ids: Sequence[str]) -> dict[str, float]:
+    """p50 ms of a search's counts taken afresh, per dataset and filter: nothing commits while
+    this bench measures, so its searches use the counts kept (counts.py); a search while
+    documents are being written pays this on top (a hybrid one: once per list)."""
+    cost: dict[str, float] = {}
+    for n, dataset_id in enumerate(dataset_ids):
+        for where in (None, SHELF):
+            took = []
+            for _ in range(COUNT_REPEATS):
+                began = time.perf_counter()
+                index.counts.count(dataset_id, where)
+                took.append((time.perf_counter() - began) * 1000)
+            label = ("large" if n == 0 else "small") + ("" if where is None else " filtered")
+            cost[label] = round(percentile(took, 50), 2)
+    return cost
 
 
 def _rows_cost(index: SqliteIndex, db: Database, documents_made: Sequence[str]) -> float:
