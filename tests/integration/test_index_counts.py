@@ -126,3 +126,22 @@ def test_a_search_finds_a_document_activated_after_its_dataset_was_counted_empty
             )
         )
     assert index.counts.of(dataset, SHELF_A) == (11, 11)
+
+
+def test_a_watch_that_fails_costs_a_count_not_a_search(
+    counted: tuple[SqliteIndex, list[str]],
+) -> None:
+    """The watching connection broken under it (closed here): the search counts afresh and the
+    next one watches again."""
+    index, sent = counted
+    dataset = new_dataset(index.db)
+    document(index, dataset, "a", 3)
+    assert index.counts.of(dataset, SHELF_A) == (3, 3)
+    assert index.counts._watch is not None
+    index.counts._watch.close()
+    assert index.counts.of(dataset, SHELF_A) == (3, 3)  # counted: nothing could be trusted
+    assert len(sent) == 2
+    assert index.counts.of(dataset, SHELF_A) == (3, 3)  # watched again, and kept
+    assert index.counts.of(dataset, SHELF_A) == (3, 3)
+    assert len(sent) == 3
+    assert len(index.search_vector(dataset, EMBED.vector("w1"), 5, SHELF_A)) == 3

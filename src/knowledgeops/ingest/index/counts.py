@@ -95,14 +95,23 @@ class ActiveCounts:
 
     def _version_now(self) -> int | None:
         """The database's data_version as the watching connection sees it; None where there
-        is no file to watch (then nothing is kept)."""
+        is no file to watch, or the watch fails (then nothing is kept: the search counts, as it
+        would anyway, and the next one opens the watch again)."""
         if self._file is None:
             return None
         with self._lock:
-            if self._watch is None:
-                self._watch = sqlean.connect(self._file, check_same_thread=False, timeout=30)
-                self._watch.isolation_level = None  # autocommit: never holds a snapshot
-            return int(self._watch.execute("PRAGMA data_version").fetchone()[0])
+            try:
+                if self._watch is None:
+                    self._watch = sqlean.connect(self._file, check_same_thread=False, timeout=30)
+                    self._watch.isolation_level = None  # autocommit: never holds a snapshot
+                return int(self._watch.execute("PRAGMA data_version").fetchone()[0])
+            except sqlean.Error:
+                if self._watch is not None:
+                    self._watch.close()
+                self._watch = None
+                self._kept.clear()
+                self._version = None
+                return None
 
     def close(self) -> None:
         with self._lock:
