@@ -170,6 +170,23 @@ def test_a_filter_that_admits_few_chunks_still_fills_top_k(setup) -> None:
     assert {hit.document_id for hit in hits} == {documents[5]}
 
 
+def test_stale_chunks_at_the_head_of_the_index_are_passed_over(setup) -> None:
+    """The keyword index is asked for a list just longer than k; when the chunks at its head
+    no longer answer (a newer generation replaced them, the index has not applied it yet), it
+    is asked again for a wider one, and FTS5 (emptied here) is not needed."""
+    index, dataset = setup
+    with index.db.write() as conn:
+        replaced, kept_document = insert_document(conn, dataset), insert_document(conn, dataset)
+    write(index, dataset, replaced, 1, [f"heron heron heron {body}" for body in texts(30, 40)])
+    lower = [f"heron {body}" for body in texts(31, 3)]
+    write(index, dataset, kept_document, 1, lower)
+    kept(index)
+    index.keywords.close()  # the index keeps generation 1's forty chunks at its head
+    without_fts(index)
+    write(index, dataset, replaced, 2, texts(32, 5))
+    assert sorted(found(index, dataset, "heron", k=3)) == sorted(lower)
+
+
 def test_a_restart_opens_the_committed_index_and_replays_the_log(setup) -> None:
     index, dataset = setup
     with index.db.write() as conn:
@@ -216,6 +233,27 @@ def test_a_damaged_or_missing_index_is_rebuilt(setup, damage: str) -> None:
         again.close()
 
 
+def test_an_index_whose_build_never_committed_is_built_again(setup) -> None:
+    """A process killed while it built the index leaves a state row written before the build
+    and an index folder without a commit: the next start builds it again instead of opening
+    an empty index that would answer as if it held every chunk."""
+    index, dataset = setup
+    with index.db.write() as conn:
+        document = insert_document(conn, dataset)
+    write(index, dataset, document, 1, ["the serval leaps", *texts(22, 40)])
+    index.close()
+    index.keyword_log.start_build()  # what a build does first …
+    index.keywords._fresh()  # … and its folder, before anything is committed
+    again = make(index.db)
+    try:
+        kept(again)
+        assert again.keywords.builds == 1
+        without_fts(again)
+        assert found(again, dataset, "serval") == ["the serval leaps"]
+    finally:
+        again.close()
+
+
 def test_an_index_of_older_terms_is_rebuilt(setup, monkeypatch: pytest.MonkeyPatch) -> None:
     index, dataset = setup
     with index.db.write() as conn:
@@ -233,7 +271,7 @@ def test_an_index_of_older_terms_is_rebuilt(setup, monkeypatch: pytest.MonkeyPat
                     "SELECT name FROM sqlite_master WHERE name LIKE '%keywords%'"
                 )
             }
-        assert tables == {again.keywords.state}  # the old state is dropped
+        assert tables == {again.keyword_log.state}  # the old state is dropped
         kept(again)
         assert again.keywords.builds == 1
         without_fts(again)
@@ -248,7 +286,7 @@ def test_pruning_keeps_the_log_rows_the_keyword_index_needs(setup) -> None:
         document, later = insert_document(conn, dataset), insert_document(conn, dataset)
     write(index, dataset, document, 1, texts(7, 20))
     kept(index)
-    applied = index.keywords._view.applied  # type: ignore[union-attr]
+    applied = index.keywords._view.applied[1]  # type: ignore[union-attr]
     index.keywords.close()
     write(index, dataset, later, 1, texts(8, 20))  # not applied: the thread is stopped
     index.graphs._prune()

@@ -1,5 +1,8 @@
-"""The embedded index's keyword index at scale: Tantivy beside the SQLite database, never trusted
-on its own (docs/architecture.md: Keyword search at a million chunks).
+"""The keyword index at scale: Tantivy beside the database, never trusted on its own
+(docs/architecture.md: Keyword search at a million chunks). The embedded index keeps one beside
+its SQLite file (`SqliteChanges` below); each scale-out API process keeps one beside PostgreSQL
+(pg_changes.py). Only where the changes are read and how far the index got is kept differ: a
+`ChangeLog`.
 
 SQLite's FTS5 ranks every chunk that holds a word of the question, in every dataset, before a
 search can keep its own dataset's best: at a million chunks that is a second a search. Tantivy
@@ -11,12 +14,13 @@ word are its dataset's, as they would be in an index of its own: no tenant's wor
 another's ranking. Below `KEYWORD_MIN_CHUNKS` chunks in the whole table FTS5 is fast enough and this
 index is not made.
 
-The database stays the truth, as for the graphs (graphs.py): the index follows the same vector
-log (`<vector table>_log`: chunks activated, chunks dropped, a dataset reset), applied by one
-background thread in log order and committed; the last log row a commit holds is written to
-`<vector table>_keywords` after the commit, so a crash between the two only replays rows (an
-add deletes the seq's document first: replaying is harmless). The graphs' pruning keeps every
-log row after that id. A search:
+The database stays the truth, as for the graphs (graphs.py): the index follows a log of changes
+(chunks activated, chunks dropped, a dataset reset) written in the transactions that make them,
+applied by one background thread in log order and committed; how far a commit got is saved
+after the commit, so a crash between the two only replays rows (an add deletes the seq's
+document first, and adds only a chunk the database still holds: replaying is harmless). A build
+saves nothing until its commit, so an index half built when its process died is built again.
+A search:
 
 - takes Tantivy's best candidates of the dataset (more when a filter admits a small share);
 - adds the chunks logged as added since the last commit, scored by the same BM25 formula in
@@ -39,9 +43,10 @@ import shutil
 import threading
 import time
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import tantivy
 from sqlalchemy import Connection
@@ -68,17 +73,6 @@ _MARKS = re.compile("[\u0300-\u036f]+")  # combining diacritics of Latin, Greek,
 TOKENS_VERSION = 2  # 2: each term carries its dataset's key
 """Bumped whenever `tokens` or `_terms` changes. With terms.TERMS_VERSION it names the state
 table, so an index made of other terms has no state row and is rebuilt."""
-
-
-def state_table(vec: str) -> str:
-    return f"{vec}_keywords_t{TERMS_VERSION}k{TOKENS_VERSION}"
-
-
-def create_table(conn: Connection, vec: str) -> None:
-    conn.exec_driver_sql(
-        f"CREATE TABLE IF NOT EXISTS {state_table(vec)} (id INTEGER PRIMARY KEY CHECK (id = 1), "
-        "log_id INTEGER NOT NULL, docs INTEGER NOT NULL, tokens INTEGER NOT NULL)"
-    )
 
 
 def tokens(text: str) -> list[str]:
@@ -112,6 +106,62 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
+Position = tuple[int, int]
+"""How far an index got in its log: every change at or before it is applied. SQLite's log is in
+commit order, so its position is (0, the last row's id); PostgreSQL's is (transaction id, id)."""
+
+
+@dataclass(frozen=True)
+class Change:
+    position: Position
+    key: int  # the dataset's key
+    seq: int  # RESET: the whole dataset
+    added: bool
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What a committed index holds: the last change applied, and its chunks' and terms' counts
+    (the mean length that the pending chunks' BM25 needs)."""
+
+    position: Position
+    docs: int
+    tokens: int
+
+
+class ChangeLog(Protocol):
+    """Where a keyword index reads the database's changes, and where it keeps how far it got."""
+
+    def saved(self) -> Saved | None:
+        """The state saved after the index's last commit; None: there is none to open."""
+
+    def save(self, state: Saved) -> None:
+        """Record `state`, after the index's commit that holds it."""
+
+    def start_build(self) -> Position:
+        """Forget the saved state (a build is not an index until it commits) and give the
+        position from which the changes must be applied to an index of what the database holds
+        from now on."""
+
+    def active_chunks(self) -> Iterator[Sequence[tuple[int, str, str]]]:
+        """Every active chunk as (seq, dataset id, text), in batches, from one read."""
+
+    def changes(self, after: Position, limit: int) -> tuple[list[Change], dict[int, str]]:
+        """The next changes after `after` that are final (in order), and the text of every
+        chunk they add that the database still holds."""
+
+    def pending(
+        self, conn: Connection, key: int, after: Position, limit: int
+    ) -> list[tuple[int, bool]]:
+        """(seq, added) of the dataset's changes after `after` that `conn` sees, in order."""
+
+    def texts(self, conn: Connection, seqs: Sequence[int]) -> dict[int, str]:
+        """The text of each chunk of `seqs` that `conn` sees."""
+
+    def newer(self, after: Position) -> bool:
+        """Whether a change after `after` is visible now."""
+
+
 @dataclass(frozen=True)
 class Candidates:
     scored: list[tuple[int, float]]  # (seq, BM25), best first
@@ -120,20 +170,18 @@ class Candidates:
 
 @dataclass(frozen=True)
 class View:
-    """A committed state of the index: its searcher and the last log row it holds."""
+    """A committed state of the index: its searcher and the last change it holds."""
 
     searcher: tantivy.Searcher
-    applied: int
+    applied: Position
     mean_tokens: float  # of the chunks indexed, for the pending chunks' BM25
 
 
 class Keywords:
-    """The Tantivy index of one SQLite index's chunks, and the thread that keeps it."""
+    """A Tantivy index of a database's active chunks, and the thread that keeps it."""
 
-    def __init__(self, db: Database, vec: str, log_table: str, folder: Path | None) -> None:
-        self.db = db
-        self.log = log_table
-        self.state = state_table(vec)
+    def __init__(self, changes: ChangeLog, folder: Path | None) -> None:
+        self.changes = changes
         self.folder = folder
         self.schema = _schema()
         self._index: tantivy.Index | None = None
@@ -166,7 +214,8 @@ class Keywords:
     ) -> Candidates | None:
         """(seq, BM25) of the dataset `key`'s best `want` chunks for `terms`, and of the chunks
         logged as added since the last commit that hold one of them, read in `conn`'s
-        transaction. None when the index is not ready or too far behind (FTS5 answers)."""
+        transaction. None when the index is not ready or too far behind (the engine's own
+        full-text search answers)."""
         view = self._view
         if view is None:
             self.want()
@@ -174,11 +223,7 @@ class Keywords:
         words = query_tokens(terms)
         if not words:
             return Candidates([], 0)
-        pending = conn.exec_driver_sql(
-            f"SELECT seq, added FROM {self.log} WHERE dataset_key = ? AND id > ? "
-            "ORDER BY id LIMIT ?",
-            (key, view.applied, PENDING_MAX + 1),
-        ).all()
+        pending = self.changes.pending(conn, key, view.applied, PENDING_MAX + 1)
         if pending:
             self._wake.set()
         if len(pending) > PENDING_MAX or any(seq == RESET for seq, _ in pending):
@@ -207,11 +252,7 @@ class Keywords:
         dataset `key` the index does not hold yet."""
         if not seqs:
             return {}
-        marks = ",".join("?" * len(seqs))
-        rows = conn.exec_driver_sql(
-            f"SELECT seq, text FROM chunks WHERE seq IN ({marks})", tuple(dict.fromkeys(seqs))
-        ).all()
-        held = {int(seq): tokens(body) for seq, body in rows}
+        held = {seq: tokens(body) for seq, body in self.changes.texts(conn, seqs).items()}
         # the statistics as they will be once these chunks are in the index
         total = view.searcher.num_docs + len(held)
         idf = {}
@@ -237,13 +278,8 @@ class Keywords:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             view = self._view
-            if view is not None:
-                with self.db.read() as conn:
-                    newer = conn.exec_driver_sql(
-                        f"SELECT 1 FROM {self.log} WHERE id > ? LIMIT 1", (view.applied,)
-                    ).first()
-                if newer is None:
-                    return True
+            if view is not None and not self.changes.newer(view.applied):
+                return True
             self._wake.set()
             time.sleep(0.05)
         return False
@@ -267,7 +303,7 @@ class Keywords:
                 if self._view is None and not self._open():
                     self._build()
                 applied = self._apply() if self._view is not None else 0
-            except Exception:  # the database busy, a disk full: try again
+            except Exception:  # the database busy or gone a moment, a disk full: try again
                 log.exception("keeping the keyword index failed; trying again")
                 self._stop.wait(1.0)
                 continue
@@ -280,11 +316,10 @@ class Keywords:
             self._wake.clear()
 
     def _open(self) -> bool:
-        """The committed index on disk, when there is one and the database knows how far it
-        got: then the log rows after that are applied."""
-        with self.db.read() as conn:
-            row = conn.exec_driver_sql(f"SELECT log_id, docs, tokens FROM {self.state}").first()
-        if row is None or self.folder is None or not self.folder.is_dir():
+        """The committed index on disk, when there is one and its state was saved after its
+        commit: then the changes after that are applied."""
+        state = self.changes.saved()
+        if state is None or self.folder is None or not self.folder.is_dir():
             return False
         if not tantivy.Index.exists(str(self.folder)):
             return False
@@ -296,48 +331,35 @@ class Keywords:
             return False
         writer = index.writer(heap_size=WRITER_HEAP, num_threads=1)  # busy: raises, tried again
         self._index, self._writer = index, writer
-        self._docs, self._tokens = int(row[1]), int(row[2])
-        self._publish(int(row[0]))
+        self._docs, self._tokens = state.docs, state.tokens
+        self._publish(state.position)
         return True
 
     def _build(self) -> None:
-        """The index of every active chunk as the database holds it now; the log rows after the
-        state row written first are applied next (some twice: harmless)."""
+        """The index of every active chunk as the database holds it now; the changes after the
+        position taken first are applied next (some twice: harmless)."""
+        top = self.changes.start_build()
         index = self._fresh()
         writer = index.writer(heap_size=WRITER_HEAP, num_threads=1)
-        self._docs = self._tokens = 0
-        with self.db.write() as tx:  # from here the graphs keep every newer log row
-            top = int(
-                tx.exec_driver_sql(f"SELECT coalesce(max(id), 0) FROM {self.log}").scalar() or 0
-            )
-            self._write_state(tx, top)
         docs = words = 0
         keys: dict[str, int] = {}
-        with self.db.read() as conn:
-            rows = conn.exec_driver_sql(
-                "SELECT c.seq, c.dataset_id, c.text FROM chunks c JOIN documents d "
-                "ON d.id = c.document_id AND d.active_generation = c.generation"
-            )
-            while batch := rows.fetchmany(READ_BATCH):
-                if self._stop.is_set():
-                    return
-                for seq, dataset, body in batch:
-                    key = keys.get(dataset)
-                    if key is None:
-                        key = keys[dataset] = dataset_key(dataset)
-                    held = tokens(body)
-                    writer.add_document(
-                        tantivy.Document(
-                            text=" ".join(_terms(key, held)), seq=int(seq), dataset=key
-                        )
-                    )
-                    docs += 1
-                    words += len(held)
+        for batch in self.changes.active_chunks():
+            if self._stop.is_set():
+                return
+            for seq, dataset, body in batch:
+                key = keys.get(dataset)
+                if key is None:
+                    key = keys[dataset] = dataset_key(dataset)
+                held = tokens(body)
+                writer.add_document(
+                    tantivy.Document(text=" ".join(_terms(key, held)), seq=int(seq), dataset=key)
+                )
+                docs += 1
+                words += len(held)
         writer.commit()
         self._index, self._writer = index, writer
         self._docs, self._tokens = docs, words
-        with self.db.write() as tx:
-            self._write_state(tx, top)
+        self.changes.save(Saved(top, docs, words))
         self._publish(top)
         self.builds += 1
 
@@ -349,67 +371,144 @@ class Keywords:
         return tantivy.Index(self.schema, path=str(self.folder))
 
     def _apply(self) -> int:
-        """Apply the next log rows and commit; how many there were."""
+        """Apply the next changes and commit; how many there were."""
         view, index = self._view, self._index
         assert view is not None
         assert index is not None
         if self._writer is None:  # closed (close()) and followed again
             self._writer = index.writer(heap_size=WRITER_HEAP, num_threads=1)
         writer = self._writer
-        with self.db.read() as conn:
-            rows = conn.exec_driver_sql(
-                f"SELECT id, dataset_key, seq, added FROM {self.log} WHERE id > ? "
-                "ORDER BY id LIMIT ?",
-                (view.applied, APPLY_BATCH),
-            ).all()
-            if not rows:
-                return 0
-            texts = _texts(conn, [seq for _, _, seq, added in rows if added])
-        for _, key, seq, added in rows:
-            if seq == RESET:
-                writer.delete_documents_by_term("dataset", int(key))
+        rows, texts = self.changes.changes(view.applied, APPLY_BATCH)
+        if not rows:
+            return 0
+        for change in rows:
+            if change.seq == RESET:
+                writer.delete_documents_by_term("dataset", change.key)
                 continue
-            writer.delete_documents_by_term("seq", int(seq))
-            body = texts.get(seq) if added else None
-            if body is not None:  # an add whose chunk is gone since: a later row removes it
+            writer.delete_documents_by_term("seq", change.seq)
+            body = texts.get(change.seq) if change.added else None
+            if body is not None:  # an add whose chunk is gone since: a later change removes it
                 held = tokens(body)
                 writer.add_document(
                     tantivy.Document(
-                        text=" ".join(_terms(int(key), held)), seq=int(seq), dataset=int(key)
+                        text=" ".join(_terms(change.key, held)), seq=change.seq, dataset=change.key
                     )
                 )
                 self._docs += 1
                 self._tokens += len(held)
         writer.commit()
-        applied = int(rows[-1][0])
-        with self.db.write() as tx:
-            self._write_state(tx, applied)
+        applied = rows[-1].position
+        self.changes.save(Saved(applied, self._docs, self._tokens))
         self._publish(applied)
         return len(rows)
 
-    def _write_state(self, tx: Connection, applied: int) -> None:
-        tx.exec_driver_sql(
-            f"INSERT INTO {self.state} (id, log_id, docs, tokens) VALUES (1, ?, ?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET log_id = excluded.log_id, docs = excluded.docs, "
-            "tokens = excluded.tokens",
-            (applied, self._docs, self._tokens),
-        )
-
-    def _publish(self, applied: int) -> None:
+    def _publish(self, applied: Position) -> None:
         assert self._index is not None
         self._index.reload()
         mean = self._tokens / self._docs if self._docs else 1.0
         self._view = View(self._index.searcher(), applied, mean)
 
 
-def _texts(conn: Connection, seqs: Sequence[int]) -> dict[int, str]:
-    found: dict[int, str] = {}
-    unique = list(dict.fromkeys(seqs))
-    for start in range(0, len(unique), 500):
-        part = unique[start : start + 500]
-        marks = ",".join("?" * len(part))
-        rows = conn.exec_driver_sql(
-            f"SELECT seq, text FROM chunks WHERE seq IN ({marks})", tuple(part)
+# --- the embedded index's log: tables of its SQLite database ------------------------------------
+def state_table(vec: str) -> str:
+    return f"{vec}_keywords_t{TERMS_VERSION}k{TOKENS_VERSION}"
+
+
+def create_table(conn: Connection, vec: str) -> None:
+    conn.exec_driver_sql(
+        f"CREATE TABLE IF NOT EXISTS {state_table(vec)} (id INTEGER PRIMARY KEY CHECK (id = 1), "
+        "log_id INTEGER NOT NULL, docs INTEGER NOT NULL, tokens INTEGER NOT NULL)"
+    )
+
+
+BUILDING = -1  # the state row's counts while a build has not committed
+
+
+class SqliteChanges:
+    """The embedded index's vector log (`<vector table>_log`, written by `SqliteIndex` in the
+    changes' own transactions; one writer at a time, so its ids are in commit order), and the
+    state row (`<vector table>_keywords_…`) after whose log id the graphs' pruning keeps every
+    row."""
+
+    def __init__(self, db: Database, vec: str, log_table: str) -> None:
+        self.db = db
+        self.log = log_table
+        self.state = state_table(vec)
+
+    def saved(self) -> Saved | None:
+        with self.db.read() as conn:
+            row = conn.exec_driver_sql(f"SELECT log_id, docs, tokens FROM {self.state}").first()
+        if row is None or int(row[1]) == BUILDING:
+            return None
+        return Saved((0, int(row[0])), int(row[1]), int(row[2]))
+
+    def save(self, state: Saved) -> None:
+        with self.db.write() as tx:
+            self._write(tx, state)
+
+    def _write(self, tx: Connection, state: Saved) -> None:
+        tx.exec_driver_sql(
+            f"INSERT INTO {self.state} (id, log_id, docs, tokens) VALUES (1, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET log_id = excluded.log_id, docs = excluded.docs, "
+            "tokens = excluded.tokens",
+            (state.position[1], state.docs, state.tokens),
         )
-        found.update({int(seq): str(body) for seq, body in rows})
-    return found
+
+    def start_build(self) -> Position:
+        with self.db.write() as tx:  # from here the graphs keep every newer log row
+            top = int(
+                tx.exec_driver_sql(f"SELECT coalesce(max(id), 0) FROM {self.log}").scalar() or 0
+            )
+            self._write(tx, Saved((0, top), BUILDING, BUILDING))
+        return (0, top)
+
+    def active_chunks(self) -> Iterator[Sequence[tuple[int, str, str]]]:
+        with self.db.read() as conn:
+            rows = conn.exec_driver_sql(
+                "SELECT c.seq, c.dataset_id, c.text FROM chunks c JOIN documents d "
+                "ON d.id = c.document_id AND d.active_generation = c.generation"
+            )
+            while batch := rows.fetchmany(READ_BATCH):
+                yield [(int(seq), str(dataset), str(body)) for seq, dataset, body in batch]
+
+    def changes(self, after: Position, limit: int) -> tuple[list[Change], dict[int, str]]:
+        with self.db.read() as conn:
+            rows = conn.exec_driver_sql(
+                f"SELECT id, dataset_key, seq, added FROM {self.log} WHERE id > ? "
+                "ORDER BY id LIMIT ?",
+                (after[1], limit),
+            ).all()
+            found = [
+                Change((0, int(row_id)), int(key), int(seq), bool(added))
+                for row_id, key, seq, added in rows
+            ]
+            return found, self.texts(conn, [change.seq for change in found if change.added])
+
+    def pending(
+        self, conn: Connection, key: int, after: Position, limit: int
+    ) -> list[tuple[int, bool]]:
+        rows = conn.exec_driver_sql(
+            f"SELECT seq, added FROM {self.log} WHERE dataset_key = ? AND id > ? "
+            "ORDER BY id LIMIT ?",
+            (key, after[1], limit),
+        ).all()
+        return [(int(seq), bool(added)) for seq, added in rows]
+
+    def texts(self, conn: Connection, seqs: Sequence[int]) -> dict[int, str]:
+        found: dict[int, str] = {}
+        unique = list(dict.fromkeys(seqs))
+        for start in range(0, len(unique), 500):
+            part = unique[start : start + 500]
+            marks = ",".join("?" * len(part))
+            rows = conn.exec_driver_sql(
+                f"SELECT seq, text FROM chunks WHERE seq IN ({marks})", tuple(part)
+            )
+            found.update({int(seq): str(body) for seq, body in rows})
+        return found
+
+    def newer(self, after: Position) -> bool:
+        with self.db.read() as conn:
+            row = conn.exec_driver_sql(
+                f"SELECT 1 FROM {self.log} WHERE id > ? LIMIT 1", (after[1],)
+            ).first()
+        return row is not None

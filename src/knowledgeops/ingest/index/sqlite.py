@@ -27,6 +27,7 @@ an older one fills the new one from the chunks' text and drops the old, in one t
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -46,7 +47,7 @@ from knowledgeops.ingest.index.counts import ActiveCounts
 from knowledgeops.ingest.index.filters import SearchFilter, sqlite_where
 from knowledgeops.ingest.index.graphs import RESET, Graphs, candidates_for, create_tables
 from knowledgeops.ingest.index.keys import dataset_key
-from knowledgeops.ingest.index.keywords import KEYWORD_MIN_CHUNKS, Keywords
+from knowledgeops.ingest.index.keywords import KEYWORD_MIN_CHUNKS, Keywords, SqliteChanges
 from knowledgeops.ingest.index.keywords import create_table as create_keyword_table
 from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, query_terms
 
@@ -59,6 +60,12 @@ REBUILD_BATCH = 2000  # rows re-written per statement when the terms or the vect
 KEYWORD_HEADROOM = 4  # the FTS table's best k · this are joined first (search_keyword)
 KEYWORD_MIN_HEAD = 100
 KEYWORD_MAX_HEAD = 4000
+# The keyword index's candidates: its best k / share · KEYWORD_MARGIN + KEYWORD_SLACK first
+# (they fail only when inactive, of another generation or filtered out), then, when fewer than k
+# of those pass, KEYWORD_WIDEN times as many. Block-max WAND prunes more for a shorter list.
+KEYWORD_MARGIN = 1.25
+KEYWORD_SLACK = 10
+KEYWORD_WIDEN = 8
 GRAPH_MIN_CHUNKS = 1000  # a dataset's active chunks from which its search goes through a graph
 # (the exact search pays about 12 µs a chunk: 12 ms at 1,000, 37 ms at 3,000; docs/performance.md)
 TABLE_CHUNKS_TTL_S = 60.0  # how long the table's count of active chunks is trusted
@@ -85,7 +92,8 @@ class SqliteIndex:
         self.graphs = Graphs(db, self.vec, self.rows, dimension, side_folder(db, "graphs"))
         self.log = self.graphs.log
         self.keyword_min_chunks = keyword_min_chunks
-        self.keywords = Keywords(db, self.vec, self.log, side_folder(db, "keywords"))
+        self.keyword_log = SqliteChanges(db, self.vec, self.log)
+        self.keywords = Keywords(self.keyword_log, side_folder(db, "keywords"))
         self.counts = ActiveCounts(db)  # each search's counts, kept between two commits
         self._table_chunks: tuple[float, int] = (-TABLE_CHUNKS_TTL_S, 0)  # (when, how many)
 
@@ -108,10 +116,10 @@ class SqliteIndex:
             )
             create_tables(conn, self.vec)
             create_keyword_table(conn, self.vec)
-            kept = conn.exec_driver_sql(f"SELECT 1 FROM {self.keywords.state}").first()
+            kept = conn.exec_driver_sql(f"SELECT 1 FROM {self.keyword_log.state}").first()
             stale = conn.exec_driver_sql(
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE ? AND name != ?",
-                (f"{self.vec}_keywords%", self.keywords.state),
+                (f"{self.vec}_keywords%", self.keyword_log.state),
             ).all()
             for (name,) in stale:
                 conn.exec_driver_sql(f"DROP TABLE {name}")
@@ -184,7 +192,7 @@ class SqliteIndex:
             self.fts,
             self.log,
             self.graphs.snapshots,
-            self.keywords.state,
+            self.keyword_log.state,
         )
         with self.db.read() as conn:
             found = {
@@ -495,24 +503,25 @@ class SqliteIndex:
             if admitted == 0:
                 return []
             share = admitted / max(total, 1)
+        key = dataset_key(dataset_id)
         with self.db.read() as conn:
-            want = int(min(max(k * KEYWORD_HEADROOM, KEYWORD_MIN_HEAD) / share, KEYWORD_MAX_HEAD))
-            found = self.keywords.candidates(conn, dataset_key(dataset_id), terms, want)
-            if found is None:
-                return None
-            scores = dict(found.scored)
-            params: list[Any] = [json.dumps(list(scores)), dataset_id]
-            conditions = sqlite_where(where, params)
-            passing = conn.exec_driver_sql(
-                "SELECT c.seq FROM chunks c JOIN documents d ON d.id = c.document_id "
-                "AND d.active_generation = c.generation "
-                f"WHERE c.seq IN (SELECT value FROM json_each(?)) AND c.dataset_id = ?{conditions}",
-                tuple(params),
-            ).scalars()
-            best = sorted(passing, key=lambda seq: (-scores[seq], seq))[:k]
-            if len(best) < k and found.ranked >= want:  # more may pass below: FTS5 decides
-                return None
-            return _hits(conn, [(seq, scores[seq]) for seq in best])
+            for want in keyword_asks(k, share):
+                found = self.keywords.candidates(conn, key, terms, want)
+                if found is None:
+                    return None
+                scores = dict(found.scored)
+                params: list[Any] = [json.dumps(list(scores)), dataset_id]
+                conditions = sqlite_where(where, params)
+                passing = conn.exec_driver_sql(
+                    "SELECT c.seq FROM chunks c JOIN documents d ON d.id = c.document_id "
+                    "AND d.active_generation = c.generation WHERE c.seq IN "
+                    f"(SELECT value FROM json_each(?)) AND c.dataset_id = ?{conditions}",
+                    tuple(params),
+                ).scalars()
+                best = sorted(passing, key=lambda seq: (-scores[seq], seq))[:k]
+                if len(best) >= k or found.ranked < want:  # exactly the best k that pass
+                    return _hits(conn, [(seq, scores[seq]) for seq in best])
+            return None  # more may pass below the widest ask: FTS5 decides
 
     def _keyword_head(
         self, dataset_id: str, match: str, k: int, headroom: int
@@ -537,6 +546,15 @@ class SqliteIndex:
             ).scalars()
             best = sorted(passing, key=lambda seq: (-scores[seq], seq))[:k]
             return _hits(conn, [(seq, scores[seq]) for seq in best]), len(head)
+
+
+def keyword_asks(k: int, share: float) -> tuple[int, ...]:
+    """How many candidates to ask the keyword index for, in turn, for k results when `share` of
+    the dataset passes the search's filter (1.0: no filter): a list just longer than k first, a
+    wider one when too few of it pass."""
+    first = min(math.ceil(k * KEYWORD_MARGIN / max(share, 1e-9)) + KEYWORD_SLACK, KEYWORD_MAX_HEAD)
+    wider = min(first * KEYWORD_WIDEN, KEYWORD_MAX_HEAD)
+    return (first,) if wider <= first else (first, wider)
 
 
 def side_folder(db: Database, kind: str) -> Path | None:
