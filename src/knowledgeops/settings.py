@@ -32,6 +32,12 @@ class Settings(BaseSettings):
     database_url: SecretStr | None = Field(
         None, description="SQLAlchemy URL; default: a SQLite file in data_dir."
     )
+    keyword_index_dir: Path | None = Field(
+        None,
+        description="Scale-out: where each process serving searches keeps its keyword index "
+        "(Tantivy, a slot per process; best on a local disk); default: "
+        "data_dir/keyword-index/<host name>.",
+    )
 
     # scale-out (docs/architecture.md: Two topologies): a broker feeds Celery workers; Redis caches
     # embeddings

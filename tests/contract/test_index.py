@@ -7,6 +7,7 @@ import logging
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -108,9 +109,11 @@ class Harness:
             self.index.graphs.want(dataset_key(dataset_id))
             assert self.index.graphs.caught_up()
         if self.keywords:
-            assert isinstance(self.index, SqliteIndex)
-            self.index.keywords.want()
-            assert self.index.keywords.caught_up(timeout=60)
+            assert isinstance(self.index, SqliteIndex | PgVectorIndex)
+            keywords = self.index.keywords
+            assert keywords is not None
+            keywords.want()
+            assert keywords.caught_up(timeout=60)
         if mode == "vector":
             hits = self.index.search_vector(dataset_id, EMBED.vector(query), k, where)
         else:
@@ -125,9 +128,10 @@ class Harness:
         "sqlite-graphs",
         "sqlite-keywords",
         pytest.param("pgvector", marks=pytest.mark.postgres),
+        pytest.param("pgvector-keywords", marks=pytest.mark.postgres),
     ]
 )
-def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
+def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
     if request.param == "memory":
         yield Harness(MemoryIndex(), None)
         return
@@ -148,9 +152,16 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
         index.close()
         return
     db = request.getfixturevalue("pgvector_db")
-    index = PgVectorIndex(db, EMBED.dimension)
+    keywords = request.param == "pgvector-keywords"  # every keyword search through Tantivy
+    index = PgVectorIndex(
+        db,
+        EMBED.dimension,
+        keyword_folder=tmp_path / "keywords" if keywords else None,
+        keyword_min_chunks=0,
+    )
     index.ensure()
-    yield Harness(index, db)
+    yield Harness(index, db, keywords=keywords)
+    index.close()
 
 
 DOC = [

@@ -1,4 +1,4 @@
-"""`kops api`: the use cases behind HTTP, stateless, as many processes as you like. Uploads commit
+"""`kops api`: the use cases behind HTTP, as many processes as you like. Uploads commit
 their job with its outbox row; the relay (another process) publishes them, so an upload is
 accepted while the broker is down."""
 
@@ -50,6 +50,7 @@ class ApiRole(DataRole):
         log.info("api runtime started in %.2f s", self.started_at - started)
 
     def stop(self) -> None:
+        self.index.close()  # the keyword index it keeps, committed: the next process opens it
         self.db.dispose()
 
     def readiness(self) -> dict[str, object]:

@@ -56,7 +56,7 @@ class DataRole(Role):
         self.blobs = LocalBlobStore(settings.data_dir)
         self.models = wiring.make_models(settings, self.db, embedder, nice=nice)
         self.embedder = self.models.embedder(self.models.default)  # loaded at start
-        self.index = wiring.make_index(self.db, self.embedder.dimension)
+        self.index = wiring.make_index(self.db, self.embedder.dimension, settings)
         self.store = wiring.make_store(self.db, self.index, settings)
 
     def use_cases(

@@ -8,8 +8,10 @@ thread and the embedding cache), a parser (in a child process or inline) and the
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from knowledgeops.clock import Clock, utcnow
 from knowledgeops.db.blobs import LocalBlobStore
@@ -58,8 +60,20 @@ from knowledgeops.webhooks.deliver import Deliverer
 from knowledgeops.webhooks.events import WebhookEvents
 
 
-def make_index(db: Database, dimension: int) -> ChunkIndex:
-    return SqliteIndex(db, dimension) if db.is_sqlite else PgVectorIndex(db, dimension)
+def make_index(db: Database, dimension: int, settings: Settings | None = None) -> ChunkIndex:
+    """The database's index. On PostgreSQL, with `settings`, a process that serves searches
+    keeps its keyword index under `keyword_index_dir` once the table is large."""
+    if db.is_sqlite:
+        return SqliteIndex(db, dimension)
+    return PgVectorIndex(db, dimension, keyword_folder=keyword_folder(settings))
+
+
+def keyword_folder(settings: Settings | None) -> Path | None:
+    if settings is None:
+        return None
+    if settings.keyword_index_dir is not None:
+        return settings.keyword_index_dir
+    return settings.data_dir / "keyword-index" / socket.gethostname()
 
 
 def make_store(db: Database, index: ChunkIndex, settings: Settings) -> SqlJobStore:

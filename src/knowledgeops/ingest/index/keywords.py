@@ -66,6 +66,13 @@ COMMIT_EVERY_S = 1.0  # at most one commit a second while changes arrive
 POLL_S = 0.5
 RESET = -1  # the log's seq of a dataset deleted whole (graphs.RESET)
 K1, B = 1.2, 0.75  # Tantivy's BM25 (and FTS5's)
+# A search asks for its best k / share · ASK_MARGIN + ASK_SLACK first (a candidate fails only when
+# inactive, of another generation or filtered out), then ASK_WIDEN times as many when fewer than
+# k of those pass: block-max WAND prunes more for a shorter list.
+ASK_MARGIN = 1.25
+ASK_SLACK = 10
+ASK_WIDEN = 8
+ASK_MAX = 4000
 _TOKEN = re.compile(r"[^\W_]+")
 _MARKS = re.compile("[\u0300-\u036f]+")  # combining diacritics of Latin, Greek, Cyrillic
 
@@ -111,6 +118,10 @@ Position = tuple[int, int]
 commit order, so its position is (0, the last row's id); PostgreSQL's is (transaction id, id)."""
 
 
+class LogPruned(Exception):
+    """The log no longer holds every change after the index's position: it is built again."""
+
+
 @dataclass(frozen=True)
 class Change:
     position: Position
@@ -148,7 +159,8 @@ class ChangeLog(Protocol):
 
     def changes(self, after: Position, limit: int) -> tuple[list[Change], dict[int, str]]:
         """The next changes after `after` that are final (in order), and the text of every
-        chunk they add that the database still holds."""
+        chunk they add that the database still holds. Raises LogPruned when some of them are
+        gone."""
 
     def pending(
         self, conn: Connection, key: int, after: Position, limit: int
@@ -160,6 +172,15 @@ class ChangeLog(Protocol):
 
     def newer(self, after: Position) -> bool:
         """Whether a change after `after` is visible now."""
+
+
+def asks(k: int, share: float) -> tuple[int, ...]:
+    """How many candidates a search asks the index for, in turn, for k results when `share` of
+    the dataset passes its filter (1.0: no filter): a list just longer than k first, a wider one
+    when too few of it pass."""
+    first = min(math.ceil(k * ASK_MARGIN / max(share, 1e-9)) + ASK_SLACK, ASK_MAX)
+    wider = min(first * ASK_WIDEN, ASK_MAX)
+    return (first,) if wider <= first else (first, wider)
 
 
 @dataclass(frozen=True)
@@ -303,6 +324,10 @@ class Keywords:
                 if self._view is None and not self._open():
                     self._build()
                 applied = self._apply() if self._view is not None else 0
+            except LogPruned:
+                log.warning("the keyword log was pruned past the keyword index: rebuilding it")
+                self._discard()
+                continue
             except Exception:  # the database busy or gone a moment, a disk full: try again
                 log.exception("keeping the keyword index failed; trying again")
                 self._stop.wait(1.0)
@@ -362,6 +387,15 @@ class Keywords:
         self.changes.save(Saved(top, docs, words))
         self._publish(top)
         self.builds += 1
+
+    def _discard(self) -> None:
+        """Forget the index in this process (searches go to the engine's own full-text search
+        until the next build commits)."""
+        self._view = None
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.wait_merging_threads()
+        self._index = None
 
     def _fresh(self) -> tantivy.Index:
         if self.folder is None:

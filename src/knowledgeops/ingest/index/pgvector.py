@@ -18,17 +18,26 @@ partition for each row.
 
 HNSW filters after the walk still for a metadata filter: a walk that comes back with fewer than
 k rows is run again exactly, so a filter never makes a dataset look smaller than it is.
+
+Keyword search at scale goes through a Tantivy index that each process serving searches keeps
+beside the database (keywords.py, pg_changes.py): `ts_rank_cd` ranks every GIN match before it
+keeps the best, seconds at 200,000 chunks. Every write logs the chunks it makes searchable or
+drops in its own transaction; the index follows that log and its candidates are checked here.
+The GIN index answers until it is built, and whenever it cannot answer alone.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import select, text, update
+from sqlalchemy import literal_column, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError
 
@@ -37,6 +46,17 @@ from knowledgeops.db.schema import chunks, documents
 from knowledgeops.errors import IndexUnavailable
 from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
 from knowledgeops.ingest.index.filters import SearchFilter, postgres_where
+from knowledgeops.ingest.index.keys import dataset_key
+from knowledgeops.ingest.index.keywords import KEYWORD_MIN_CHUNKS, RESET, Keywords, asks
+from knowledgeops.ingest.index.pg_changes import (
+    PgChanges,
+    Pruner,
+    Slot,
+    create_tables,
+    log_tables,
+    take_slot,
+    write_log,
+)
 from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, query_terms
 
 # chosen by measurement (docs/performance.md: Search at scale)
@@ -49,6 +69,7 @@ EXACT_MAX_ROWS = 5_000  # … and so is a dataset (or a filter's share) under th
 TS_CONFIG = "simple"  # no stemming, no stopword list: the same words in every language
 REBUILD_BATCH = 2000  # chunks re-tokenized per statement when the terms change
 LOCK = "SELECT pg_advisory_xact_lock(hashtext('kops.index.ensure'))"  # DDL, one process at once
+TABLE_CHUNKS_TTL_S = 60.0  # how long the table's count of active chunks is trusted
 
 
 class PgVectorMissing(IndexUnavailable):
@@ -57,16 +78,33 @@ class PgVectorMissing(IndexUnavailable):
 
 class PgVectorIndex:
     def __init__(
-        self, db: Database, dimension: int, *, exact_max_rows: int = EXACT_MAX_ROWS
+        self,
+        db: Database,
+        dimension: int,
+        *,
+        exact_max_rows: int = EXACT_MAX_ROWS,
+        keyword_folder: Path | None = None,
+        keyword_min_chunks: int = KEYWORD_MIN_CHUNKS,
     ) -> None:
+        """`keyword_folder`: where this process keeps its keyword index once the table holds
+        `keyword_min_chunks` active chunks (a slot of its own under it); None: never, the GIN
+        index answers every keyword search."""
         if db.dialect != "postgresql":
             raise ValueError("PgVectorIndex needs a PostgreSQL database")
         self.db = db
         self.dimension = dimension
         self.table = f"chunk_vectors_{dimension}"
         self.words = f"words_v{TERMS_VERSION}"
+        self.log = log_tables(self.table)[0]
         self.exact_max_rows = exact_max_rows
+        self.keyword_folder = keyword_folder
+        self.keyword_min_chunks = keyword_min_chunks
+        self.pruner = Pruner(db, self.table)
         self._partitions: set[str] = set()  # datasets whose partition this process has seen
+        self._keywords: Keywords | None = None
+        self._slot: Slot | None = None
+        self._keywords_lock = threading.Lock()
+        self._table_chunks: tuple[float, int] = (-TABLE_CHUNKS_TTL_S, 0)  # (when, how many)
 
     def partition(self, dataset_id: str) -> str:
         """The name of a dataset's partition (its id hashed: ids are not identifiers)."""
@@ -113,6 +151,7 @@ class PgVectorIndex:
                 f"CREATE INDEX IF NOT EXISTS ix_{self.table}_{self.words} ON {self.table} "
                 f"USING gin ({self.words})"
             )
+            create_tables(conn, self.table)
             self._drop_deleted_partitions(conn)
 
     def hnsw_ddl(self) -> str:
@@ -122,10 +161,12 @@ class PgVectorIndex:
             f"ef_construction = {HNSW_EF_CONSTRUCTION})"
         )
 
-    def _kind(self, conn: Tx) -> str | None:
-        """'p' for the partitioned table, 'r' for one of the older shared layout, None if none."""
+    def _kind(self, conn: Tx, table: str | None = None) -> str | None:
+        """'p' for the partitioned table, 'r' for one of the older shared layout (or a plain
+        table), None if none."""
         found = conn.exec_driver_sql(
-            "SELECT relkind FROM pg_class WHERE oid = to_regclass(%(t)s)", {"t": self.table}
+            "SELECT relkind FROM pg_class WHERE oid = to_regclass(%(t)s)",
+            {"t": table or self.table},
         ).scalar()
         return None if found is None else str(found)
 
@@ -245,6 +286,11 @@ class PgVectorIndex:
                     f"the index table {self.table} holds keyword terms of an older version: "
                     "run `kops migrate` (it rebuilds them from the chunks' text)"
                 )
+            if self._kind(conn, self.log) is None:
+                raise PgVectorMissing(
+                    f"the index table {self.table} has no change log ({self.log}), which the "
+                    "keyword index follows: run `kops migrate` (it creates it)"
+                )
 
     def _installed_vector_version(self) -> str | None:
         try:
@@ -257,7 +303,29 @@ class PgVectorIndex:
         return None if row is None else str(row[0])
 
     def close(self) -> None:
-        """Nothing is kept in the process: the database holds the graphs."""
+        """Stop keeping the keyword index (committed: a process that takes its slot opens it)
+        and let its slot go; the database holds everything else."""
+        with self._keywords_lock:
+            keywords, self._keywords = self._keywords, None
+            slot, self._slot = self._slot, None
+        if keywords is not None:
+            keywords.close()
+        if slot is not None:
+            slot.release()
+
+    @property
+    def keywords(self) -> Keywords | None:
+        """This process's keyword index (its slot taken at first use), or None without a
+        folder for it."""
+        if self.keyword_folder is None:
+            return None
+        with self._keywords_lock:
+            if self._keywords is None:
+                self._slot = take_slot(self.keyword_folder)
+                self._keywords = Keywords(
+                    PgChanges(self.db, self.table, self._slot.folder), self._slot.folder / "index"
+                )
+            return self._keywords
 
     # --- writes ---------------------------------------------------------------------------------
     def _ensure_partition(self, dataset_id: str) -> None:
@@ -289,8 +357,22 @@ class PgVectorIndex:
                     "section",
                 )
             },
-        ).returning(chunks.c.id, chunks.c.seq)
-        seq_by_id = {row.id: row.seq for row in tx.execute(upsert)}
+        ).returning(chunks.c.id, chunks.c.seq, literal_column("(xmax = 0)"))
+        returned = tx.execute(upsert).all()
+        seq_by_id = {row[0]: row[1] for row in returned}
+        overwritten = {row[1] for row in returned if not row[2]}
+        if overwritten:  # a retry overwrites its own rows: an active one leaves search until
+            # its generation is activated again
+            for dataset_id in sorted({chunk.dataset_id for chunk in rows}):
+                self._log_change(
+                    tx,
+                    dataset_id,
+                    f"WITH was AS (SELECT seq FROM {self.table} WHERE dataset_id = :dataset "
+                    "AND seq = ANY(:seqs) AND active) "
+                    f"INSERT INTO {self.log} (dataset_key, seq, added) "
+                    "SELECT :key, seq, false FROM was",
+                    {"seqs": sorted(overwritten)},
+                )
         tx.execute(
             text(
                 f"INSERT INTO {self.table} (seq, dataset_id, active, embedding, {self.words}) "
@@ -313,14 +395,16 @@ class PgVectorIndex:
     def activate(self, tx: Tx, document_id: str, generation: int) -> int:
         dataset_id = _dataset_of(tx, document_id)
         if dataset_id is not None:
-            tx.execute(
-                text(
-                    f"UPDATE {self.table} v SET active = true FROM chunks c "
-                    "WHERE v.dataset_id = :dataset AND c.seq = v.seq "
-                    "AND c.document_id = :document AND c.generation = :generation "
-                    "AND NOT v.active"
-                ),
-                {"dataset": dataset_id, "document": document_id, "generation": generation},
+            self._log_change(
+                tx,
+                dataset_id,
+                f"WITH made AS (UPDATE {self.table} v SET active = true FROM chunks c "
+                "WHERE v.dataset_id = :dataset AND c.seq = v.seq "
+                "AND c.document_id = :document AND c.generation = :generation "
+                "AND NOT v.active RETURNING v.seq) "
+                f"INSERT INTO {self.log} (dataset_key, seq, added) "
+                "SELECT :key, seq, true FROM made",
+                {"document": document_id, "generation": generation},
             )
             self._delete(
                 tx,
@@ -363,20 +447,32 @@ class PgVectorIndex:
             self._delete(tx, dataset_id, "c.document_id = :document", {"document": document_id})
 
     def delete_dataset(self, tx: Tx, dataset_id: str) -> None:
+        write_log(tx, self.table, dataset_key(dataset_id), [RESET], added=False)
         tx.execute(text(f"DELETE FROM {self.table} WHERE dataset_id = :d"), {"d": dataset_id})
         tx.execute(text("DELETE FROM chunks WHERE dataset_id = :d"), {"d": dataset_id})
 
     def _delete(self, tx: Tx, dataset_id: str, where: str, params: dict[str, Any]) -> None:
         """Chunks matching `where` (on `c`) and their rows in the dataset's partition (the
-        dataset named, so the planner reads that partition alone)."""
-        tx.execute(
-            text(
-                f"DELETE FROM {self.table} v USING chunks c WHERE v.dataset_id = :dataset "
-                f"AND v.seq = c.seq AND {where}"
-            ),
-            {**params, "dataset": dataset_id},
+        dataset named, so the planner reads that partition alone); the active ones logged."""
+        self._log_change(
+            tx,
+            dataset_id,
+            f"WITH gone AS (DELETE FROM {self.table} v USING chunks c "
+            f"WHERE v.dataset_id = :dataset AND v.seq = c.seq AND {where} "
+            "RETURNING v.seq, v.active) "
+            f"INSERT INTO {self.log} (dataset_key, seq, added) "
+            "SELECT :key, seq, false FROM gone WHERE active",
+            params,
         )
         tx.execute(text(f"DELETE FROM chunks c WHERE {where}"), params)
+
+    def _log_change(self, tx: Tx, dataset_id: str, sql: str, params: dict[str, Any]) -> None:
+        """Run `sql`, a change of the dataset's rows that logs what it changed (`:dataset` and
+        `:key` given here), and count the rows it logged toward the log's next prune."""
+        result = tx.execute(
+            text(sql), {**params, "dataset": dataset_id, "key": dataset_key(dataset_id)}
+        )
+        self.pruner.logged(max(result.rowcount, 0))
 
     # --- reads ----------------------------------------------------------------------------------
     def search_vector(
@@ -458,16 +554,7 @@ class PgVectorIndex:
         (pgvector 0.6): of `ef_search` rows it finds, about the filter's share pass. So the
         breadth grows as that share shrinks, and a share so small that the walk would need
         more than pgvector allows (or so few chunks that a scan is cheaper) is exact."""
-        params: dict[str, Any] = {"dataset": dataset_id}
-        conditions = postgres_where(where, params)
-        admitted, dataset = conn.execute(
-            text(
-                "SELECT coalesce(sum(d.chunk_count) FILTER (WHERE true"
-                f"{conditions}), 0), coalesce(sum(d.chunk_count), 0) FROM documents d "
-                "WHERE d.dataset_id = :dataset AND d.active_generation IS NOT NULL"
-            ),
-            params,
-        ).one()
+        admitted, dataset = self._counts(conn, dataset_id, where)
         if admitted < self.exact_max_rows or dataset <= 0:
             return None
         share = min(1.0, float(admitted) / float(dataset))
@@ -479,9 +566,16 @@ class PgVectorIndex:
     def search_keyword(
         self, dataset_id: str, query: str, k: int, where: SearchFilter | None = None
     ) -> list[Hit]:
+        """The best chunks by BM25 through this process's keyword index once the table is
+        large (keywords.py), else (or when it cannot answer alone) `ts_rank_cd` over the
+        dataset's GIN matches."""
         terms = query_terms(query)
         if not terms:
             return []
+        if self._keywords_wanted():
+            found = self._keyword_index(dataset_id, terms, k, where)
+            if found is not None:
+                return found
         params: dict[str, Any] = {"dataset": dataset_id, "k": k}
         conditions = postgres_where(where, params)
         documents_join = "JOIN documents d ON d.id = c.document_id " if conditions else ""
@@ -503,6 +597,97 @@ class PgVectorIndex:
                 params,
             ).all()
         return [_hit(row) for row in rows]
+
+    def _keywords_wanted(self) -> bool:
+        """Whether keyword searches go through the keyword index: once it is made, or once the
+        table holds `keyword_min_chunks` active chunks (counted again every minute)."""
+        if self.keyword_folder is None:
+            return False
+        keywords = self._keywords
+        if keywords is not None and keywords.ready:
+            return True
+        when, count = self._table_chunks
+        if time.monotonic() - when >= TABLE_CHUNKS_TTL_S:
+            with self.db.read() as conn:
+                count = int(
+                    conn.exec_driver_sql(
+                        "SELECT coalesce(sum(chunk_count), 0) FROM documents "
+                        "WHERE active_generation IS NOT NULL"
+                    ).scalar()
+                    or 0
+                )
+            self._table_chunks = (time.monotonic(), count)
+        return count >= self.keyword_min_chunks
+
+    def _keyword_index(
+        self, dataset_id: str, terms: list[str], k: int, where: SearchFilter | None
+    ) -> list[Hit] | None:
+        """The best k of the keyword index's candidates that are active and admitted; None
+        when it cannot answer alone (not built, far behind, short under a filter)."""
+        keywords = self.keywords
+        if keywords is None:
+            return None
+        key = dataset_key(dataset_id)
+        with self.db.read() as conn:
+            share = 1.0
+            if where is not None and not where.empty:
+                admitted, total = self._counts(conn, dataset_id, where)
+                if admitted == 0:
+                    return []
+                share = admitted / max(total, 1)
+            for want in asks(k, share):
+                found = keywords.candidates(conn, key, terms, want)
+                if found is None:
+                    return None
+                scores = dict(found.scored)
+                params: dict[str, Any] = {"seqs": list(scores), "dataset": dataset_id}
+                conditions = postgres_where(where, params)
+                passing = conn.execute(
+                    text(
+                        "SELECT c.seq FROM chunks c JOIN documents d ON d.id = c.document_id "
+                        "AND d.active_generation = c.generation WHERE c.seq = ANY(:seqs) "
+                        f"AND c.dataset_id = :dataset{conditions}"
+                    ),
+                    params,
+                ).scalars()
+                best = sorted(passing, key=lambda seq: (-scores[seq], seq))[:k]
+                if len(best) >= k or found.ranked < want:  # exactly the best k that pass
+                    return _hits(conn, [(seq, scores[seq]) for seq in best])
+        return None  # more may pass below the widest ask: the GIN index decides
+
+    def _counts(self, conn: Tx, dataset_id: str, where: SearchFilter | None) -> tuple[int, int]:
+        """(active chunks `where` admits, active chunks) of the dataset."""
+        params: dict[str, Any] = {"dataset": dataset_id}
+        conditions = postgres_where(where, params)
+        admitted, dataset = conn.execute(
+            text(
+                "SELECT coalesce(sum(d.chunk_count) FILTER (WHERE true"
+                f"{conditions}), 0), coalesce(sum(d.chunk_count), 0) FROM documents d "
+                "WHERE d.dataset_id = :dataset AND d.active_generation IS NOT NULL"
+            ),
+            params,
+        ).one()
+        return int(admitted), int(dataset)
+
+
+def _hits(conn: Tx, best: Sequence[tuple[int, float]]) -> list[Hit]:
+    """The chunks `best` names (seq, score), as hits in that order."""
+    if not best:
+        return []
+    rows = {
+        row[0]: row
+        for row in conn.execute(
+            text(
+                "SELECT c.seq, c.id, c.document_id, c.ordinal, c.text, c.page_start, c.page_end, "
+                "c.section FROM chunks c WHERE c.seq = ANY(:seqs)"
+            ),
+            {"seqs": [seq for seq, _ in best]},
+        )
+    }
+    return [
+        Hit(row[1], row[2], row[3], row[4], row[5], row[6], row[7], score)
+        for row, score in ((rows[seq], score) for seq, score in best)
+    ]
 
 
 def _dataset_of(tx: Tx, document_id: str) -> str | None:

@@ -27,7 +27,6 @@ an older one fills the new one from the chunks' text and drops the old, in one t
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -48,6 +47,7 @@ from knowledgeops.ingest.index.filters import SearchFilter, sqlite_where
 from knowledgeops.ingest.index.graphs import RESET, Graphs, candidates_for, create_tables
 from knowledgeops.ingest.index.keys import dataset_key
 from knowledgeops.ingest.index.keywords import KEYWORD_MIN_CHUNKS, Keywords, SqliteChanges
+from knowledgeops.ingest.index.keywords import asks as keyword_asks
 from knowledgeops.ingest.index.keywords import create_table as create_keyword_table
 from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, query_terms
 
@@ -60,12 +60,6 @@ REBUILD_BATCH = 2000  # rows re-written per statement when the terms or the vect
 KEYWORD_HEADROOM = 4  # the FTS table's best k · this are joined first (search_keyword)
 KEYWORD_MIN_HEAD = 100
 KEYWORD_MAX_HEAD = 4000
-# The keyword index's candidates: its best k / share · KEYWORD_MARGIN + KEYWORD_SLACK first
-# (they fail only when inactive, of another generation or filtered out), then, when fewer than k
-# of those pass, KEYWORD_WIDEN times as many. Block-max WAND prunes more for a shorter list.
-KEYWORD_MARGIN = 1.25
-KEYWORD_SLACK = 10
-KEYWORD_WIDEN = 8
 GRAPH_MIN_CHUNKS = 1000  # a dataset's active chunks from which its search goes through a graph
 # (the exact search pays about 12 µs a chunk: 12 ms at 1,000, 37 ms at 3,000; docs/performance.md)
 TABLE_CHUNKS_TTL_S = 60.0  # how long the table's count of active chunks is trusted
@@ -546,15 +540,6 @@ class SqliteIndex:
             ).scalars()
             best = sorted(passing, key=lambda seq: (-scores[seq], seq))[:k]
             return _hits(conn, [(seq, scores[seq]) for seq in best]), len(head)
-
-
-def keyword_asks(k: int, share: float) -> tuple[int, ...]:
-    """How many candidates to ask the keyword index for, in turn, for k results when `share` of
-    the dataset passes the search's filter (1.0: no filter): a list just longer than k first, a
-    wider one when too few of it pass."""
-    first = min(math.ceil(k * KEYWORD_MARGIN / max(share, 1e-9)) + KEYWORD_SLACK, KEYWORD_MAX_HEAD)
-    wider = min(first * KEYWORD_WIDEN, KEYWORD_MAX_HEAD)
-    return (first,) if wider <= first else (first, wider)
 
 
 def side_folder(db: Database, kind: str) -> Path | None:

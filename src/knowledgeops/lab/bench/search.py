@@ -787,6 +787,43 @@ def _pg_ef_sweep(
         apply(chosen)
 
 
+def _build_pg_keywords(figures: SearchFigures, index: PgVectorIndex, folder: Path) -> None:
+    """Build the keyword index an API process keeps, from the database, and time it."""
+    keywords = index.keywords
+    assert keywords is not None
+    began = time.perf_counter()
+    keywords.want()
+    if not keywords.caught_up(timeout=BUILD_LIMIT_S):
+        raise RuntimeError(f"the keyword index was not built within {BUILD_LIMIT_S:.0f} s")
+    figures.settings["keyword_build_s"] = round(time.perf_counter() - began, 1)
+    figures.settings["keyword_disk_mb"] = round(_folder_mb(folder), 1)
+
+
+def _gin_keyword(
+    db: Database, dataset_ids: Sequence[str], questions: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """Keyword search through the GIN index alone (`ts_rank_cd` over every match: what a process
+    without its keyword index answers with), p50 and p95 per dataset, on at least MIN_QUESTIONS
+    questions or MODE_BUDGET_S of them."""
+    plain = PgVectorIndex(db, DIMENSION)
+    out = {}
+    for n, dataset_id in enumerate(dataset_ids):
+        took: list[float] = []
+        began = time.perf_counter()
+        for question in questions:
+            start = time.perf_counter()
+            plain.search_keyword(dataset_id, question, TOP_K)
+            took.append((time.perf_counter() - start) * 1000)
+            if len(took) >= MIN_QUESTIONS and start - began > MODE_BUDGET_S:
+                break
+        out["large" if n == 0 else "small"] = {
+            "p50": round(percentile(took, 50), 2),
+            "p95": round(percentile(took, 95), 2),
+            "questions": len(took),
+        }
+    return out
+
+
 def _graph_settings() -> dict[str, Any]:
     return {
         "M": graphs.CONNECTIVITY,
@@ -798,6 +835,20 @@ def _graph_settings() -> dict[str, Any]:
     }
 
 
+def _tune(server: LocalPostgres) -> None:
+    """The bench's PostgreSQL set for a bulk load and its HNSW build, then restarted."""
+    plain = server.url().replace("+psycopg", "")
+    with psycopg.connect(plain, autocommit=True) as conn:
+        for setting in (
+            "maintenance_work_mem = '4GB'",  # the HNSW build in memory: far faster
+            "shared_buffers = '2GB'",
+            "max_parallel_maintenance_workers = 2",
+        ):
+            conn.execute(f"ALTER SYSTEM SET {setting}")
+    server.stop()
+    server.start()
+
+
 def bench_scaleout(root: Path, chunks: int, questions: list[str]) -> SearchFigures:
     figures = SearchFigures("scale-out", chunks, len(questions))
     folder = Path(tempfile.mkdtemp(prefix="kops-bench-search-pg-"))
@@ -806,20 +857,12 @@ def bench_scaleout(root: Path, chunks: int, questions: list[str]) -> SearchFigur
     server.init()
     server.start()
     db: Database | None = None
+    index: PgVectorIndex | None = None
     try:
-        plain = server.url().replace("+psycopg", "")
-        with psycopg.connect(plain, autocommit=True) as conn:
-            for setting in (
-                "maintenance_work_mem = '4GB'",  # the HNSW build in memory: far faster
-                "shared_buffers = '2GB'",
-                "max_parallel_maintenance_workers = 2",
-            ):
-                conn.execute(f"ALTER SYSTEM SET {setting}")
-        server.stop()
-        server.start()
+        _tune(server)
         db = Database(server.url())
         upgrade(db.engine)
-        index = PgVectorIndex(db, DIMENSION)
+        index = PgVectorIndex(db, DIMENSION, keyword_folder=folder / "keywords")
         index.ensure()
         hnsw = f"ix_{index.table}_hnsw"
         with db.write() as tx:  # written without it, then built at once (as a bulk load would)
@@ -851,10 +894,17 @@ def bench_scaleout(root: Path, chunks: int, questions: list[str]) -> SearchFigur
             "m": pgvector.HNSW_M,
             "ef_construction": pgvector.HNSW_EF_CONSTRUCTION,
             "ef_search": pgvector.HNSW_EF_SEARCH,
+            "keyword_min_chunks": index.keyword_min_chunks,
         }
+        if chunks >= index.keyword_min_chunks:
+            _build_pg_keywords(figures, index, folder / "keywords")
         _measure(figures, index, corpus, dataset_ids, questions, HashingEmbedder(DIMENSION))
         figures.settings["ef_search_sweep"] = _pg_ef_sweep(index, corpus, dataset_ids[0], questions)
+        if index.keywords is not None and index.keywords.ready:
+            figures.settings["gin_keyword_ms"] = _gin_keyword(db, dataset_ids, questions)
     finally:
+        if index is not None:
+            index.close()
         if db is not None:
             db.dispose()
         server.stop()
