@@ -7,7 +7,13 @@ damaged, is built again."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -273,6 +279,76 @@ def test_an_index_the_log_was_pruned_past_while_it_ran_is_built_again(setup) -> 
     assert keywords.builds == 2
     without_gin(index)
     assert set(found(index, dataset, "quoll")) == {"the quoll hunts", "the quoll sleeps"}
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from knowledgeops.db.engine import Database
+    from knowledgeops.ingest.index import keywords
+    from tests.integration.test_pg_keywords import documents, make, texts, write
+    keywords.COMMIT_EVERY_S = 0.0  # a commit (and its state) after every change
+    db = Database(sys.argv[1])
+    index = make(db, Path(sys.argv[3]))
+    dataset = sys.argv[2]
+    index.keywords.want()
+    n = 0
+    while True:
+        (document,) = documents(db, dataset, 1)
+        write(index, dataset, document, 1, texts(100 + n, 40))
+        index.keywords.want()
+        print(n, flush=True)
+        n += 1
+    """
+)
+
+
+def test_kill_9_while_the_index_is_kept_loses_nothing(setup, tmp_path: Path) -> None:
+    """A process killed (SIGKILL) while it builds, applies and commits its keyword index: the
+    next process takes the slot, opens what was committed (or builds again) and catches up,
+    every active chunk in it once."""
+    index, dataset = setup
+    index.close()
+    folder = tmp_path / "keywords"
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER, index.db.url, dataset, str(folder)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert child.stdout is not None
+    try:
+        for _ in range(12):  # some rounds written and applied, then killed mid-way
+            assert child.stdout.readline(), "the writer died"
+        time.sleep(float(np.random.default_rng().random() * 0.05))
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    again = make(index.db, folder)
+    try:
+        kept(again)
+        with again.db.read() as conn:
+            active = conn.execute(
+                text(
+                    "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id "
+                    "AND d.active_generation = c.generation"
+                )
+            ).scalar_one()
+        keywords = again.keywords
+        assert keywords is not None
+        view = keywords._view
+        assert view is not None
+        assert active >= 12 * 40
+        assert view.searcher.num_docs == active
+        gin = PgVectorIndex(again.db, EMBED.dimension)  # the database's own answer
+        for query in ("w7 w8", "w42", "w3"):
+            matches = set(found(gin, dataset, query, k=5000))
+            assert matches
+            assert set(found(again, dataset, query, k=5000)) == matches
+    finally:
+        again.close()
 
 
 def test_pruning_keeps_recent_rows_and_marks_how_far_it_went(setup) -> None:
