@@ -830,7 +830,7 @@ def _graph_settings() -> dict[str, Any]:
         "ef_construction": graphs.EXPANSION_ADD,
         "ef": graphs.EXPANSION_SEARCH,
         "ef_fused": graphs.EXPANSION_FUSED,
-        "dtype": graphs.DTYPE,
+        "dtype": graphs.graph_dtype(),
         "candidates_min": graphs.CANDIDATES_MIN,
     }
 
