@@ -66,7 +66,7 @@ def test_bench_search_measures_both_topologies_at_a_given_number_of_chunks(
     out = tmp_path / "search.json"
     result = run_kops(
         "bench", "search", "--chunks", "6000", "--questions", "20", "--collections", str(EVAL),
-        "--out", str(out), timeout=600,
+        "--hnsw-sweep", "8:16,16:32", "--out", str(out), timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.output
     figures = {f["topology"]: f for f in json.loads(out.read_text())}
@@ -91,6 +91,14 @@ def test_bench_search_measures_both_topologies_at_a_given_number_of_chunks(
     # what a search's counts cost when they cannot be kept, per dataset and filter
     assert set(embedded["settings"]["count_ms"]) == set(embedded["recall_at_10"])
     assert all(ms > 0 for ms in embedded["settings"]["count_ms"].values())
+    # pgvector's graphs built again with each M and ef_construction asked for, ef_search swept
+    sweep = figures["scale-out"]["settings"]["hnsw_sweep"]
+    assert set(sweep) == {"8/16", "16/32"}
+    for build in sweep.values():
+        assert build["build_s"] > 0
+        assert build["size_mb"] > 0
+        assert set(build["ef_search"]) == {"100", "200", "400", "800"}
+        assert all(0 < ef["recall"] <= 1 for ef in build["ef_search"].values())
     assert "kops bench search" in result.output  # the table
 
 
@@ -121,3 +129,13 @@ def test_bench_search_measures_a_kept_database_again_as_a_start_of_this_version_
     with sqlite3.connect(kept / "kops.db") as conn:
         (rows,) = conn.execute("SELECT count(*) FROM chunk_vectors_384_v2_rows").fetchone()
     assert rows == 3000
+
+
+def test_bench_search_refuses_an_hnsw_sweep_it_cannot_build() -> None:
+    result = run_kops(
+        "bench", "search", "--chunks", "100", "--collections", str(EVAL), "--hnsw-sweep", "16:8",
+        timeout=120,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "'16:8' is not M:EF_CONSTRUCTION" in result.output
+    assert "pgvector's limits" in result.output

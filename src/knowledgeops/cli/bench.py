@@ -296,6 +296,13 @@ def bench_search(
             "--no-rebuild loads them as they were kept."
         ),
     ] = True,
+    hnsw_sweep: Annotated[
+        str | None,
+        typer.Option(
+            help="Scale-out: also build pgvector's graphs again with each M:EF_CONSTRUCTION of "
+            "this comma-separated list (16:64,24:128) and sweep ef_search on each."
+        ),
+    ] = None,
     out: OutOption = None,
 ) -> None:
     """Search at CHUNKS chunks, per topology: p50/p95 of vector, keyword and hybrid search with
@@ -308,9 +315,16 @@ def bench_search(
     root = collections or lab("eval.collections").find_root()
     if root is None:
         raise fail("no eval/ folder found: run this in the checkout, or give --collections")
+    builds = _hnsw_builds(hnsw_sweep)
     try:
         figures = search.run_search_bench(
-            root, chunks=chunks, topologies=chosen, questions=questions, keep=keep, rebuild=rebuild
+            root,
+            chunks=chunks,
+            topologies=chosen,
+            questions=questions,
+            keep=keep,
+            rebuild=rebuild,
+            hnsw_builds=builds,
         )
     except ValueError as exc:
         raise fail(str(exc)) from None
@@ -318,6 +332,23 @@ def bench_search(
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps([asdict(f) for f in figures], indent=2))
+
+
+def _hnsw_builds(spec: str | None) -> list[tuple[int, int]]:
+    """`--hnsw-sweep`'s pairs, or a clear error."""
+    if not spec:
+        return []
+    builds = []
+    for part in spec.split(","):
+        m, _, ef = part.strip().partition(":")
+        ok = m.isdigit() and ef.isdigit() and 2 <= int(m) <= 100 and 2 * int(m) <= int(ef) <= 1000
+        if not ok:
+            raise fail(
+                f"--hnsw-sweep: {part.strip()!r} is not M:EF_CONSTRUCTION (M from 2 to 100, "
+                "EF_CONSTRUCTION from 2·M to 1000: pgvector's limits), e.g. 16:64,24:128"
+            )
+        builds.append((int(m), int(ef)))
+    return builds
 
 
 @bench_app.command("embedded")

@@ -154,11 +154,11 @@ class PgVectorIndex:
             create_tables(conn, self.table)
             self._drop_deleted_partitions(conn)
 
-    def hnsw_ddl(self) -> str:
+    def hnsw_ddl(self, m: int = HNSW_M, ef_construction: int = HNSW_EF_CONSTRUCTION) -> str:
         return (
             f"CREATE INDEX IF NOT EXISTS ix_{self.table}_hnsw ON {self.table} "
-            f"USING hnsw (embedding vector_cosine_ops) WITH (m = {HNSW_M}, "
-            f"ef_construction = {HNSW_EF_CONSTRUCTION})"
+            f"USING hnsw (embedding vector_cosine_ops) WITH (m = {m}, "
+            f"ef_construction = {ef_construction})"
         )
 
     def _kind(self, conn: Tx, table: str | None = None) -> str | None:

@@ -698,6 +698,7 @@ def _sweep(
 EF_SWEEP = (128, 256, 512, 768, 1024, 2048)
 CANDIDATES_SWEEP = (40, 160)  # the graph's nearest scored exactly (at k 10), at each ef
 PG_EF_SWEEP = (40, 100, 200, 400)
+PG_BUILD_EF_SWEEP = (100, 200, 400, 800)  # ef_search tried on each graph of --hnsw-sweep
 
 
 def _ef_sweep(
@@ -787,6 +788,52 @@ def _pg_ef_sweep(
         apply(chosen)
 
 
+def _hnsw_sweep(
+    db: Database,
+    index: PgVectorIndex,
+    corpus: Corpus,
+    dataset_id: str,
+    questions: Sequence[str],
+    builds: Sequence[tuple[int, int]],
+) -> dict[str, dict[str, Any]]:
+    """pgvector's graphs built again with each (m, ef_construction) of `builds`: the build's
+    time and size, and recall@10, p50 and p95 of the large dataset at each ef_search."""
+    hnsw = f"ix_{index.table}_hnsw"
+    out: dict[str, dict[str, Any]] = {}
+    chosen = pgvector.HNSW_EF_SEARCH
+
+    def apply(ef: int) -> None:
+        pgvector.HNSW_EF_SEARCH = ef
+
+    try:
+        for m, ef_construction in builds:
+            with db.write() as tx:
+                tx.exec_driver_sql(f"DROP INDEX IF EXISTS {hnsw}")
+            began = time.perf_counter()
+            with db.write() as tx:
+                tx.exec_driver_sql(index.hnsw_ddl(m, ef_construction))
+            build_s = time.perf_counter() - began
+            with db.read() as conn:
+                size = conn.execute(
+                    text(
+                        "SELECT coalesce(sum(pg_relation_size(inhrelid)), 0)::bigint FROM "
+                        "pg_inherits WHERE inhparent = to_regclass(:i)"
+                    ),
+                    {"i": hnsw},
+                ).scalar_one()
+            out[f"{m}/{ef_construction}"] = {
+                "build_s": round(build_s, 1),
+                "size_mb": round(int(size) / 1e6, 1),
+                "ef_search": _sweep(index, corpus, dataset_id, questions, PG_BUILD_EF_SWEEP, apply),
+            }
+    finally:
+        apply(chosen)
+        with db.write() as tx:  # the graphs as the product builds them again
+            tx.exec_driver_sql(f"DROP INDEX IF EXISTS {hnsw}")
+            tx.exec_driver_sql(index.hnsw_ddl())
+    return out
+
+
 def _build_pg_keywords(figures: SearchFigures, index: PgVectorIndex, folder: Path) -> None:
     """Build the keyword index an API process keeps, from the database, and time it."""
     keywords = index.keywords
@@ -849,7 +896,12 @@ def _tune(server: LocalPostgres) -> None:
     server.start()
 
 
-def bench_scaleout(root: Path, chunks: int, questions: list[str]) -> SearchFigures:
+def bench_scaleout(
+    root: Path,
+    chunks: int,
+    questions: list[str],
+    hnsw_builds: Sequence[tuple[int, int]] = (),
+) -> SearchFigures:
     figures = SearchFigures("scale-out", chunks, len(questions))
     folder = Path(tempfile.mkdtemp(prefix="kops-bench-search-pg-"))
     folder.chmod(0o755)  # PostgreSQL runs as `postgres` when we are root
@@ -902,6 +954,10 @@ def bench_scaleout(root: Path, chunks: int, questions: list[str]) -> SearchFigur
         figures.settings["ef_search_sweep"] = _pg_ef_sweep(index, corpus, dataset_ids[0], questions)
         if index.keywords is not None and index.keywords.ready:
             figures.settings["gin_keyword_ms"] = _gin_keyword(db, dataset_ids, questions)
+        if hnsw_builds:
+            figures.settings["hnsw_sweep"] = _hnsw_sweep(
+                db, index, corpus, dataset_ids[0], questions, hnsw_builds
+            )
     finally:
         if index is not None:
             index.close()
@@ -920,6 +976,7 @@ def run_search_bench(
     questions: int = 200,
     keep: Path | None = None,
     rebuild: bool = True,
+    hnsw_builds: Sequence[tuple[int, int]] = (),
 ) -> list[SearchFigures]:
     asked = _questions(root)
     picked = [asked[n % len(asked)] for n in range(0, len(asked), max(1, len(asked) // questions))]
@@ -929,7 +986,7 @@ def run_search_bench(
         if topology == "embedded":
             out.append(bench_embedded(root, chunks, picked, keep, rebuild=rebuild))
         else:
-            out.append(bench_scaleout(root, chunks, picked))
+            out.append(bench_scaleout(root, chunks, picked, hnsw_builds))
     return out
 
 
