@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import text
 
 from knowledgeops.db.engine import Database
+from knowledgeops.ingest.index import pgvector
 from knowledgeops.ingest.index.base import IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.pgvector import PgVectorIndex, PgVectorMissing
 from tests.fixtures.rows import insert_dataset, insert_document
@@ -84,6 +85,39 @@ def test_vectors_have_an_hnsw_cosine_index_and_words_a_gin_index(pgvector_db: Da
         joined = "\n".join(definitions)
     assert "USING hnsw (embedding vector_cosine_ops)" in joined
     assert "USING gin (words_v2)" in joined
+
+
+def test_migrate_builds_again_an_hnsw_index_of_other_parameters(pgvector_db: Database) -> None:
+    """An index built by an older version (M 16, ef_construction 64) is built again with this
+    version's parameters by `kops migrate` (ensure), every partition's graph, and answers."""
+    index = PgVectorIndex(pgvector_db, DIM)
+    index.ensure()
+    with pgvector_db.write() as conn:
+        conn.exec_driver_sql(f"DROP INDEX ix_{index.table}_hnsw")
+        conn.exec_driver_sql(index.hnsw_ddl(16, 64))
+    rng = np.random.default_rng(5)
+    dataset_id = _fill(index, pgvector_db, 600, rng)
+    with pgvector_db.read() as conn:
+        assert index.hnsw_options(conn) == {"m": 16, "ef_construction": 64}
+    index.ensure()
+    with pgvector_db.read() as conn:
+        assert index.hnsw_options(conn) == {
+            "m": pgvector.HNSW_M,
+            "ef_construction": pgvector.HNSW_EF_CONSTRUCTION,
+        }
+        partitions = conn.execute(
+            text(
+                "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                "WHERE i.inhparent = to_regclass(:i) AND c.reloptions = :o"
+            ),
+            {
+                "i": f"ix_{index.table}_hnsw",
+                "o": [f"m={pgvector.HNSW_M}", f"ef_construction={pgvector.HNSW_EF_CONSTRUCTION}"],
+            },
+        ).scalar_one()
+    assert partitions == 1  # the dataset's graph itself was built again
+    query = rng.normal(size=DIM).astype(np.float32)
+    assert len(index.search_vector(dataset_id, query, 10)) == 10
 
 
 def test_a_small_dataset_in_a_large_table_gets_all_its_neighbours(pgvector_db: Database) -> None:
