@@ -22,6 +22,7 @@ from knowledgeops.ingest.index import graphs
 from knowledgeops.ingest.index.base import IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keys import dataset_key
+from knowledgeops.ingest.index.pgvector import PgVectorIndex
 from knowledgeops.ingest.index.sqlite import SqliteIndex, graph_folder
 from knowledgeops.lab.embedders import HashingEmbedder
 from tests.fixtures.rows import insert_dataset, insert_document
@@ -35,8 +36,8 @@ def texts(seed: int, count: int) -> list[str]:
     return [" ".join(rng.choice(WORDS, size=12)) for _ in range(count)]
 
 
-def write(index: SqliteIndex, dataset: str, document: str, generation: int, bodies: list[str]):
-    chunks = [
+def chunks(dataset: str, document: str, generation: int, bodies: list[str]) -> list[IndexedChunk]:
+    return [
         IndexedChunk(
             id=chunk_id(document, generation, n),
             document_id=document,
@@ -53,8 +54,18 @@ def write(index: SqliteIndex, dataset: str, document: str, generation: int, bodi
         )
         for n, body in enumerate(bodies)
     ]
+
+
+def write(
+    index: SqliteIndex | PgVectorIndex,
+    dataset: str,
+    document: str,
+    generation: int,
+    bodies: list[str],
+) -> None:
+    """A generation of the document written and made searchable, as a job does."""
     with index.db.write() as tx:
-        index.upsert(tx, chunks)
+        index.upsert(tx, chunks(dataset, document, generation, bodies))
         index.activate(tx, document, generation)
 
 

@@ -24,46 +24,13 @@ from sqlalchemy import text
 
 from knowledgeops.db.engine import Database
 from knowledgeops.ingest.index import pg_changes
-from knowledgeops.ingest.index.base import IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.pgvector import PgVectorIndex
-from knowledgeops.lab.embedders import HashingEmbedder
 from tests.fixtures.rows import insert_dataset, insert_document
+from tests.integration.test_index_graphs import EMBED, chunks, write
+from tests.integration.test_index_keywords import texts
 
 pytestmark = pytest.mark.postgres
-EMBED = HashingEmbedder(dimension=32)
-WORDS = [f"w{n}" for n in range(300)]
-
-
-def texts(seed: int, count: int) -> list[str]:
-    rng = np.random.default_rng(seed)
-    return [" ".join(rng.choice(WORDS, size=15)) for _ in range(count)]
-
-
-def chunks(dataset: str, document: str, generation: int, bodies: list[str]) -> list[IndexedChunk]:
-    return [
-        IndexedChunk(
-            id=chunk_id(document, generation, n),
-            document_id=document,
-            dataset_id=dataset,
-            generation=generation,
-            ordinal=n,
-            text=body,
-            content_hash=text_hash(body),
-            token_count=15,
-            page_start=None,
-            page_end=None,
-            section=None,
-            vector=EMBED.vector(body),
-        )
-        for n, body in enumerate(bodies)
-    ]
-
-
-def write(index: PgVectorIndex, dataset: str, document: str, generation: int, bodies: list[str]):
-    with index.db.write() as tx:
-        index.upsert(tx, chunks(dataset, document, generation, bodies))
-        index.activate(tx, document, generation)
 
 
 def make(db: Database, folder: Path) -> PgVectorIndex:

@@ -174,6 +174,32 @@ class ChangeLog(Protocol):
         """Whether a change after `after` is visible now."""
 
 
+TABLE_CHUNKS_TTL_S = 60.0  # how long the table's count of active chunks is trusted
+
+
+class TableChunks:
+    """How many active chunks the whole table holds, counted again every minute: the keyword
+    index is made once it reaches KEYWORD_MIN_CHUNKS."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._counted: tuple[float, int] = (-TABLE_CHUNKS_TTL_S, 0)  # (when, how many)
+
+    def count(self) -> int:
+        when, count = self._counted
+        if time.monotonic() - when >= TABLE_CHUNKS_TTL_S:
+            with self.db.read() as conn:
+                count = int(
+                    conn.exec_driver_sql(
+                        "SELECT coalesce(sum(chunk_count), 0) FROM documents "
+                        "WHERE active_generation IS NOT NULL"
+                    ).scalar()
+                    or 0
+                )
+            self._counted = (time.monotonic(), count)
+        return count
+
+
 def asks(k: int, share: float) -> tuple[int, ...]:
     """How many candidates a search asks the index for, in turn, for k results when `share` of
     the dataset passes its filter (1.0: no filter): a list just longer than k first, a wider one

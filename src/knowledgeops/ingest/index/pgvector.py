@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,13 @@ from knowledgeops.errors import IndexUnavailable
 from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
 from knowledgeops.ingest.index.filters import SearchFilter, postgres_where
 from knowledgeops.ingest.index.keys import dataset_key
-from knowledgeops.ingest.index.keywords import KEYWORD_MIN_CHUNKS, RESET, Keywords, asks
+from knowledgeops.ingest.index.keywords import (
+    KEYWORD_MIN_CHUNKS,
+    RESET,
+    Keywords,
+    TableChunks,
+    asks,
+)
 from knowledgeops.ingest.index.pg_changes import (
     PgChanges,
     Pruner,
@@ -72,8 +77,6 @@ EXACT_MAX_ROWS = 5_000  # … and so is a dataset (or a filter's share) under th
 TS_CONFIG = "simple"  # no stemming, no stopword list: the same words in every language
 REBUILD_BATCH = 2000  # chunks re-tokenized per statement when the terms change
 LOCK = "SELECT pg_advisory_xact_lock(hashtext('kops.index.ensure'))"  # DDL, one process at once
-TABLE_CHUNKS_TTL_S = 60.0  # how long the table's count of active chunks is trusted
-
 log = logging.getLogger(__name__)
 
 
@@ -109,7 +112,7 @@ class PgVectorIndex:
         self._keywords: Keywords | None = None
         self._slot: Slot | None = None
         self._keywords_lock = threading.Lock()
-        self._table_chunks: tuple[float, int] = (-TABLE_CHUNKS_TTL_S, 0)  # (when, how many)
+        self.table_chunks = TableChunks(db)
 
     def partition(self, dataset_id: str) -> str:
         """The name of a dataset's partition (its id hashed: ids are not identifiers)."""
@@ -637,18 +640,7 @@ class PgVectorIndex:
         keywords = self._keywords
         if keywords is not None and keywords.ready:
             return True
-        when, count = self._table_chunks
-        if time.monotonic() - when >= TABLE_CHUNKS_TTL_S:
-            with self.db.read() as conn:
-                count = int(
-                    conn.exec_driver_sql(
-                        "SELECT coalesce(sum(chunk_count), 0) FROM documents "
-                        "WHERE active_generation IS NOT NULL"
-                    ).scalar()
-                    or 0
-                )
-            self._table_chunks = (time.monotonic(), count)
-        return count >= self.keyword_min_chunks
+        return self.table_chunks.count() >= self.keyword_min_chunks
 
     def _keyword_index(
         self, dataset_id: str, terms: list[str], k: int, where: SearchFilter | None

@@ -27,7 +27,6 @@ an older one fills the new one from the chunks' text and drops the old, in one t
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,7 +45,12 @@ from knowledgeops.ingest.index.counts import ActiveCounts
 from knowledgeops.ingest.index.filters import SearchFilter, sqlite_where
 from knowledgeops.ingest.index.graphs import RESET, Graphs, candidates_for, create_tables
 from knowledgeops.ingest.index.keys import dataset_key
-from knowledgeops.ingest.index.keywords import KEYWORD_MIN_CHUNKS, Keywords, SqliteChanges
+from knowledgeops.ingest.index.keywords import (
+    KEYWORD_MIN_CHUNKS,
+    Keywords,
+    SqliteChanges,
+    TableChunks,
+)
 from knowledgeops.ingest.index.keywords import asks as keyword_asks
 from knowledgeops.ingest.index.keywords import create_table as create_keyword_table
 from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, query_terms
@@ -62,7 +66,6 @@ KEYWORD_MIN_HEAD = 100
 KEYWORD_MAX_HEAD = 4000
 GRAPH_MIN_CHUNKS = 1000  # a dataset's active chunks from which its search goes through a graph
 # (the exact search pays about 12 µs a chunk: 12 ms at 1,000, 37 ms at 3,000; docs/performance.md)
-TABLE_CHUNKS_TTL_S = 60.0  # how long the table's count of active chunks is trusted
 
 
 class SqliteIndex:
@@ -89,7 +92,7 @@ class SqliteIndex:
         self.keyword_log = SqliteChanges(db, self.vec, self.log)
         self.keywords = Keywords(self.keyword_log, side_folder(db, "keywords"))
         self.counts = ActiveCounts(db)  # each search's counts, kept between two commits
-        self._table_chunks: tuple[float, int] = (-TABLE_CHUNKS_TTL_S, 0)  # (when, how many)
+        self.table_chunks = TableChunks(db)
 
     def close(self) -> None:
         """Stop keeping the graphs (they are snapshotted, so the next start loads them) and the
@@ -471,20 +474,7 @@ class SqliteIndex:
     def _keywords_wanted(self) -> bool:
         """Whether searches go through the keyword index: once it is made, or once the table
         holds `keyword_min_chunks` active chunks (counted again every minute)."""
-        if self.keywords.ready:
-            return True
-        when, count = self._table_chunks
-        if time.monotonic() - when >= TABLE_CHUNKS_TTL_S:
-            with self.db.read() as conn:
-                count = int(
-                    conn.exec_driver_sql(
-                        "SELECT coalesce(sum(chunk_count), 0) FROM documents "
-                        "WHERE active_generation IS NOT NULL"
-                    ).scalar()
-                    or 0
-                )
-            self._table_chunks = (time.monotonic(), count)
-        return count >= self.keyword_min_chunks
+        return self.keywords.ready or self.table_chunks.count() >= self.keyword_min_chunks
 
     def _keyword_index(
         self, dataset_id: str, terms: list[str], k: int, where: SearchFilter | None
