@@ -11,8 +11,8 @@ held as `<dataset key>:<word>`, so a search is a plain disjunction of its datase
 block-max WAND prunes (asking for `+dataset +(word word …)` made an intersection that Tantivy
 scores match by match: 8.9 ms against 2.8 at 300,000 chunks), and the BM25 statistics of a
 word are its dataset's, as they would be in an index of its own: no tenant's words move
-another's ranking. Below `KEYWORD_MIN_CHUNKS` chunks in the whole table FTS5 is fast enough and this
-index is not made.
+another's ranking. Below `KEYWORD_MIN_CHUNKS` chunks in the whole table the engine's own
+full-text search is fast enough and this index is not made.
 
 The database stays the truth, as for the graphs (graphs.py): the index follows a log of changes
 (chunks activated, chunks dropped, a dataset reset) written in the transactions that make them,
@@ -28,8 +28,8 @@ A search:
 - keeps those that are active now and pass the filter, joined in SQL in one read transaction
   (a stale generation or a deleted document the index still holds cannot answer).
 
-When the index is not built yet, is far behind, or the candidates run short under a filter,
-FTS5 answers exactly as before. The terms are `terms.index_text`'s (CJK cut into words and
+When the index is not built yet, is far behind, or the candidates run short under a filter, the
+engine's own full-text search (FTS5, or PostgreSQL's GIN index) answers exactly as before. The terms are `terms.index_text`'s (CJK cut into words and
 bigrams), lower-cased, Latin diacritics removed and split on what is not a letter or a digit:
 what FTS5's `unicode61 remove_diacritics 2` makes of the same text.
 """
