@@ -29,9 +29,10 @@ A search:
   (a stale generation or a deleted document the index still holds cannot answer).
 
 When the index is not built yet, is far behind, or the candidates run short under a filter, the
-engine's own full-text search (FTS5, or PostgreSQL's GIN index) answers exactly as before. The terms are `terms.index_text`'s (CJK cut into words and
-bigrams), lower-cased, Latin diacritics removed and split on what is not a letter or a digit:
-what FTS5's `unicode61 remove_diacritics 2` makes of the same text.
+engine's own full-text search (FTS5, or PostgreSQL's GIN index) answers exactly as before. The
+terms are `terms.index_text`'s (CJK cut into words and bigrams), lower-cased, Latin diacritics
+removed and split on what is not a letter or a digit: what FTS5's `unicode61 remove_diacritics
+2` makes of the same text.
 """
 
 from __future__ import annotations
