@@ -272,6 +272,13 @@ def test_query_words_and_how_much_of_them_a_text_holds() -> None:
     assert coverage(["worker", "崩溃", "恢复"], "worker 进程崩溃后由心跳检测恢复") == 1.0
     assert coverage(["install", "debian", "laptop"], "Debian のパッケージ") == pytest.approx(1 / 3)
     assert coverage([], "anything") == 0.0
+    # a word is a whole run of letters, digits and underscores: a CJK character or any other
+    # character ends it, and a later occurrence counts when the first is inside a longer run
+    assert coverage(["mail"], "e-mail") == 1.0
+    assert coverage(["mail"], "email mailbox mail_box") == 0.0
+    assert coverage(["debian"], "debian中文") == 1.0
+    assert coverage(["x2"], "ax2 x2b x2") == 1.0
+    assert coverage(["café"], "cafés") == 0.0
 
 
 def test_coverage_is_the_share_of_words_among_the_texts_index_terms() -> None:
