@@ -137,6 +137,10 @@ def test_uploads_move_live_errors_are_explained_and_retrieval_is_tested(  # noqa
     assert "PDF" in failed.locator("[data-testid=error]").inner_text()
     assert "fix or replace it" in failed.inner_text()
     attempts_before = failed.locator("td").nth(5).inner_text()
+    # htmx makes a swapped-in row live (its stream listener) when the swap settles: a change
+    # arriving before that was lost, so the retried job's failure, streamed within milliseconds
+    # of the Retry answer, never showed. Rows settle at once; a slow default must not matter.
+    page.evaluate("htmx.config.defaultSettleDelay = 2000")
     page.get_by_role("button", name="Retry broken.pdf").click()
     row(page, "broken.pdf").locator("td").nth(5).filter(has_not_text=attempts_before).wait_for()
     try:  # the rerun starts a fresh parser process: a busy machine may take a while
