@@ -197,11 +197,15 @@ def test_a_snapshot_is_loaded_and_caught_up_not_rebuilt(setup) -> None:
         document, later = insert_document(conn, dataset), insert_document(conn, dataset)
     write(index, dataset, document, 1, texts(7, 200))
     built(index, dataset)
+    key = dataset_key(dataset)
+    assert index.graphs._graphs[key].index.expansion_add == graphs.EXPANSION_GROW
     index.close()
     write(index, dataset, later, 1, texts(8, 30))  # after the snapshot: only in the log
     again = make(index.db)
     built(again, dataset)
     assert again.graphs.builds == 0  # loaded
+    # built or loaded, a graph takes later chunks in at the breadth measured for growth
+    assert again.graphs._graphs[key].index.expansion_add == graphs.EXPANSION_GROW
     assert again.graphs.size(dataset_key(dataset)) == 230
     for query in texts(9, 10):
         assert found(again, dataset, query) == exact(again, dataset, query)

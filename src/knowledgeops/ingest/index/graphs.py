@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 
 # chosen by measurement (docs/performance.md: Vector search at a million chunks)
 CONNECTIVITY = 32  # HNSW's M
-EXPANSION_ADD = 256  # ef_construction
+EXPANSION_ADD = 256  # ef_construction of a build
+EXPANSION_GROW = 192  # ef_construction of the chunks the log adds to a built graph
 EXPANSION_SEARCH = 1024  # ef
 EXPANSION_FUSED = 512  # ef of a hybrid search's vector list (SqliteIndex.search_vector)
 # the graph's copy of the vectors (graph_dtype; i8 lost the order: recall 0.85 at 6k chunks)
@@ -314,6 +315,7 @@ class Graphs:
             log.warning("the graph snapshot %s is not what was saved: rebuilding it", path)
             return None
         index.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]
+        index.expansion_add = EXPANSION_GROW  # type: ignore[misc]
         return Graph(key, index, applied=int(log_id), snapshot=int(log_id))
 
     def _build(self, key: int) -> Graph:
@@ -333,6 +335,7 @@ class Graphs:
                 vectors = np.frombuffer(b"".join(row[1] for row in batch), dtype=np.float32)
                 index.add(keys, vectors.reshape(len(batch), self.dimension), threads=threads)
         self.builds += 1
+        index.expansion_add = EXPANSION_GROW  # type: ignore[misc]
         graph = Graph(key, index, applied=int(top or 0), changes=len(index))
         graph.saved_at = 0.0  # a fresh build is worth a snapshot at once
         return graph

@@ -62,6 +62,10 @@ KEYWORD_MIN_CHUNKS = 20_000  # active chunks in the whole table from which searc
 PENDING_MAX = 2000  # logged changes a search scores itself; more: FTS5
 APPLY_BATCH = 5000  # log rows applied per commit
 READ_BATCH = 5000  # chunks read per fetch while building
+ACTIVE_CHUNKS = (  # what a build indexes, in either database
+    "SELECT c.seq, c.dataset_id, c.text FROM chunks c JOIN documents d "
+    "ON d.id = c.document_id AND d.active_generation = c.generation"
+)
 WRITER_HEAP = 64_000_000  # bytes; one indexing thread
 COMMIT_EVERY_S = 1.0  # at most one commit a second while changes arrive
 POLL_S = 0.5
@@ -525,10 +529,7 @@ class SqliteChanges:
 
     def active_chunks(self) -> Iterator[Sequence[tuple[int, str, str]]]:
         with self.db.read() as conn:
-            rows = conn.exec_driver_sql(
-                "SELECT c.seq, c.dataset_id, c.text FROM chunks c JOIN documents d "
-                "ON d.id = c.document_id AND d.active_generation = c.generation"
-            )
+            rows = conn.exec_driver_sql(ACTIVE_CHUNKS)
             while batch := rows.fetchmany(READ_BATCH):
                 yield [(int(seq), str(dataset), str(body)) for seq, dataset, body in batch]
 

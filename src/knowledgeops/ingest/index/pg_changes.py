@@ -45,7 +45,14 @@ from typing import IO
 from sqlalchemy import Connection, text
 
 from knowledgeops.db.engine import Database
-from knowledgeops.ingest.index.keywords import READ_BATCH, Change, LogPruned, Position, Saved
+from knowledgeops.ingest.index.keywords import (
+    ACTIVE_CHUNKS,
+    READ_BATCH,
+    Change,
+    LogPruned,
+    Position,
+    Saved,
+)
 
 log = logging.getLogger(__name__)
 
@@ -246,12 +253,8 @@ class PgChanges:
 
     def active_chunks(self) -> Iterator[Sequence[tuple[int, str, str]]]:
         with self.db.read() as conn:
-            rows = conn.execution_options(stream_results=True, max_row_buffer=READ_BATCH).execute(
-                text(
-                    "SELECT c.seq, c.dataset_id, c.text FROM chunks c JOIN documents d "
-                    "ON d.id = c.document_id AND d.active_generation = c.generation"
-                )
-            )
+            streamed = conn.execution_options(stream_results=True, max_row_buffer=READ_BATCH)
+            rows = streamed.execute(text(ACTIVE_CHUNKS))
             while batch := rows.fetchmany(READ_BATCH):
                 yield [(int(seq), str(dataset), str(body)) for seq, dataset, body in batch]
 

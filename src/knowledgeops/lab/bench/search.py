@@ -875,6 +875,7 @@ def _graph_settings() -> dict[str, Any]:
     return {
         "M": graphs.CONNECTIVITY,
         "ef_construction": graphs.EXPANSION_ADD,
+        "ef_grow": graphs.EXPANSION_GROW,
         "ef": graphs.EXPANSION_SEARCH,
         "ef_fused": graphs.EXPANSION_FUSED,
         "dtype": graphs.graph_dtype(),
