@@ -63,6 +63,7 @@ from knowledgeops.ingest.index.pg_changes import (
     take_slot,
     write_log,
 )
+from knowledgeops.ingest.index.pg_counts import KeptCounts
 from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, query_terms
 
 # chosen by measurement (docs/performance.md: Search at scale): at 200,000 chunks M 24 and
@@ -113,6 +114,7 @@ class PgVectorIndex:
         self._slot: Slot | None = None
         self._keywords_lock = threading.Lock()
         self.table_chunks = TableChunks(db)
+        self.counts = KeptCounts()  # each search's counts, kept for a moment (pg_counts.py)
 
     def partition(self, dataset_id: str) -> str:
         """The name of a dataset's partition (its id hashed: ids are not identifiers)."""
@@ -588,7 +590,7 @@ class PgVectorIndex:
         (pgvector 0.6): of `ef_search` rows it finds, about the filter's share pass. So the
         breadth grows as that share shrinks, and a share so small that the walk would need
         more than pgvector allows (or so few chunks that a scan is cheaper) is exact."""
-        admitted, dataset = self._counts(conn, dataset_id, where)
+        admitted, dataset = self.counts.of(conn, dataset_id, where)
         if admitted < self.exact_max_rows or dataset <= 0:
             return None
         share = min(1.0, float(admitted) / float(dataset))
@@ -654,7 +656,7 @@ class PgVectorIndex:
         with self.db.read() as conn:
             share = 1.0
             if where is not None and not where.empty:
-                admitted, total = self._counts(conn, dataset_id, where)
+                admitted, total = self.counts.of(conn, dataset_id, where)
                 if admitted == 0:
                     return []
                 share = admitted / max(total, 1)
@@ -677,20 +679,6 @@ class PgVectorIndex:
                 if len(best) >= k or found.ranked < want:  # exactly the best k that pass
                     return _hits(conn, [(seq, scores[seq]) for seq in best])
         return None  # more may pass below the widest ask: the GIN index decides
-
-    def _counts(self, conn: Tx, dataset_id: str, where: SearchFilter | None) -> tuple[int, int]:
-        """(active chunks `where` admits, active chunks) of the dataset."""
-        params: dict[str, Any] = {"dataset": dataset_id}
-        conditions = postgres_where(where, params)
-        admitted, dataset = conn.execute(
-            text(
-                "SELECT coalesce(sum(d.chunk_count) FILTER (WHERE true"
-                f"{conditions}), 0), coalesce(sum(d.chunk_count), 0) FROM documents d "
-                "WHERE d.dataset_id = :dataset AND d.active_generation IS NOT NULL"
-            ),
-            params,
-        ).one()
-        return int(admitted), int(dataset)
 
 
 def _hits(conn: Tx, best: Sequence[tuple[int, float]]) -> list[Hit]:
