@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -128,6 +129,73 @@ def test_a_fused_lists_short_walk_leaves_the_vector_searchs_walk_as_it_was(
         assert found(index, dataset, query) == exact(index, dataset, query)
     graph = index.graphs._graphs[dataset_key(dataset)]
     assert graph.index.expansion_search == graphs.EXPANSION_SEARCH
+
+
+def test_an_add_turn_is_sized_to_what_adding_took() -> None:
+    """The graph thread holds a graph's lock for about APPLY_TURN_S per turn: one vector
+    while the cost is unknown, then as many as that cost allows, at most APPLY_BATCH."""
+    assert graphs.turn_size(0.0) == 1
+    assert graphs.turn_size(0.0025) == 2  # a million chunks: 2.5 ms a vector
+    assert graphs.turn_size(0.02) == 1  # slower than a turn: still one at a time
+    assert graphs.turn_size(1e-6) == graphs.APPLY_BATCH  # a small graph: the batch bounds it
+
+
+def test_a_graph_being_changed_holds_up_no_other_datasets_search(setup) -> None:
+    """Each graph has its own lock: while one dataset's graph takes in a batch (held here),
+    another dataset's search walks its own graph and answers."""
+    index, dataset = setup
+    with index.db.write() as conn:
+        other = insert_dataset(conn)
+        document = insert_document(conn, dataset)
+        elsewhere = insert_document(conn, other)
+    write(index, dataset, document, 1, texts(1, 100))
+    write(index, other, elsewhere, 1, texts(2, 100))
+    built(index, dataset)
+    built(index, other)
+    busy = index.graphs._graphs[dataset_key(dataset)]
+    walked = index.graphs._graphs[dataset_key(other)]
+    answers: list[list[str]] = []
+    with busy.lock:
+        worker = threading.Thread(target=lambda: answers.append(found(index, other, "w1 w2")))
+        worker.start()
+        worker.join(timeout=30)
+        assert not worker.is_alive()  # it did not wait for the busy graph
+        assert walked.lock.acquire(blocking=False)  # and left its own graph's lock free
+        walked.lock.release()
+    assert answers == [exact(index, other, "w1 w2")]
+
+
+def test_the_log_is_applied_in_turns_of_the_measured_size(
+    setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Catching up 300 logged chunks takes as many turns of the graph's lock as their
+    measured cost asks for, and ends holding all of them."""
+    index, dataset = setup
+    with index.db.write() as conn:
+        document = insert_document(conn, dataset)
+        later = insert_document(conn, dataset)
+    write(index, dataset, document, 1, texts(1, 50))
+    built(index, dataset)
+    key = dataset_key(dataset)
+    graph = index.graphs._graphs[key]
+    turns: list[int] = []
+    costs: list[float] = []
+    sizes = iter([1, 7, 64] + [50] * 10)
+
+    def size(add_s: float) -> int:
+        costs.append(add_s)
+        turns.append(next(sizes))
+        return turns[-1]
+
+    monkeypatch.setattr(graphs, "turn_size", size)
+    graph.add_s = 0.0
+    write(index, dataset, later, 1, texts(2, 300))
+    assert index.graphs.caught_up(timeout=30)
+    assert index.graphs.size(key) == 350
+    assert turns[:3] == [1, 7, 64]
+    assert sum(turns) >= 300
+    assert costs[0] == 0.0  # not measured yet
+    assert all(cost > 0.0 for cost in costs[1:])  # measured after each turn
 
 
 def test_a_behind_graph_never_answers_from_a_dropped_generation(setup) -> None:

@@ -56,7 +56,8 @@ CANDIDATES_MIN = 40  # the graph's nearest asked for at least, then scored exact
 CANDIDATES_PER_K = 4
 CANDIDATES_MAX = 4096
 PENDING_MAX = 2000  # logged changes a search will score itself; more: exact search
-APPLY_BATCH = 64  # vectors added per turn of the lock (a search waits at most this long)
+APPLY_BATCH = 64  # vectors added per turn of a graph's lock at most …
+APPLY_TURN_S = 0.005  # … and about this long: a search of the graph waits no longer for it
 READ_BATCH = 10_000  # vectors read per fetch while building
 SNAPSHOT_CHANGES = 50_000  # changes applied since the last snapshot that make a new one due
 SNAPSHOT_INTERVAL_S = 300.0  # … or this long since it, with any change
@@ -114,6 +115,19 @@ class Graph:
     changes: int = 0  # applied since the last snapshot
     saved_at: float = field(default_factory=time.monotonic)
     snapshot: int | None = None  # the log id of its last snapshot
+    # a usearch index is used by one thread at a time: its Python calls all run in the same
+    # per-thread context (usearch's thread 0), and the walk's breadth is the index's own setting
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    add_s: float = 0.0  # what adding a vector took in the last turn (0: not measured yet)
+
+
+def turn_size(add_s: float) -> int:
+    """How many vectors to add in one turn of the graph's lock: as many as take about
+    APPLY_TURN_S at the cost of the last turn (one while it is not known), at most
+    APPLY_BATCH. At a million chunks a vector takes 2–3 ms, so 64 held searches for 150 ms."""
+    if add_s <= 0.0:
+        return 1
+    return max(1, min(APPLY_BATCH, int(APPLY_TURN_S / add_s)))
 
 
 class Graphs:
@@ -132,7 +146,6 @@ class Graphs:
         self.folder = folder
         self._graphs: dict[int, Graph] = {}
         self._wanted: set[int] = set()
-        self._lock = threading.Lock()  # the usearch indexes are used by one thread at a time
         self._state = threading.Lock()  # _graphs, _wanted, the thread
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -168,7 +181,7 @@ class Graphs:
             self._wake.set()
         if len(pending) > PENDING_MAX or any(seq == RESET for seq, _ in pending):
             return None
-        with self._lock:
+        with graph.lock:
             index = graph.index
             index.expansion_search = breadth  # type: ignore[misc]
             found = index.search(np.asarray(vector, dtype=np.float32), want, threads=1)
@@ -363,7 +376,7 @@ class Graphs:
                 self._forget(graph)
                 return False
             else:
-                with self._lock:
+                with graph.lock:
                     if graph.index.contains(seq):
                         graph.index.remove(seq)
         self._add(graph, run, vectors)
@@ -384,15 +397,19 @@ class Graphs:
 
     def _add(self, graph: Graph, seqs: list[int], vectors: dict[int, bytes]) -> None:
         present = [seq for seq in dict.fromkeys(seqs) if seq in vectors]  # gone since: skip
-        for start in range(0, len(present), APPLY_BATCH):
-            part = present[start : start + APPLY_BATCH]
+        start = 0
+        while start < len(present):
+            part = present[start : start + turn_size(graph.add_s)]
             block = np.frombuffer(b"".join(vectors[seq] for seq in part), dtype=np.float32)
             keys = np.asarray(part, dtype=np.uint64)
-            with self._lock:
+            began = time.perf_counter()
+            with graph.lock:
                 held = graph.index.contains(keys)
                 if np.any(held):  # a seq logged twice, or reused: its row now is the truth
                     graph.index.remove(keys[held])
                 graph.index.add(keys, block.reshape(len(part), self.dimension), threads=1)
+            graph.add_s = (time.perf_counter() - began) / len(part)
+            start += len(part)
 
     def _forget(self, graph: Graph) -> None:
         """The dataset was deleted: drop its graph, its snapshot and its log rows."""
