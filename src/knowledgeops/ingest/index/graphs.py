@@ -402,13 +402,13 @@ class Graphs:
             part = present[start : start + turn_size(graph.add_s)]
             block = np.frombuffer(b"".join(vectors[seq] for seq in part), dtype=np.float32)
             keys = np.asarray(part, dtype=np.uint64)
-            began = time.perf_counter()
             with graph.lock:
+                began = time.perf_counter()  # the turn's own time, not its wait for the lock
                 held = graph.index.contains(keys)
                 if np.any(held):  # a seq logged twice, or reused: its row now is the truth
                     graph.index.remove(keys[held])
                 graph.index.add(keys, block.reshape(len(part), self.dimension), threads=1)
-            graph.add_s = (time.perf_counter() - began) / len(part)
+                graph.add_s = (time.perf_counter() - began) / len(part)
             start += len(part)
 
     def _forget(self, graph: Graph) -> None:
