@@ -155,14 +155,25 @@ def test_a_graph_being_changed_holds_up_no_other_datasets_search(setup) -> None:
     busy = index.graphs._graphs[dataset_key(dataset)]
     walked = index.graphs._graphs[dataset_key(other)]
     answers: list[list[str]] = []
+
+    def search() -> None:
+        answers.append(found(index, other, "w1 w2"))
+
     with busy.lock:
-        worker = threading.Thread(target=lambda: answers.append(found(index, other, "w1 w2")))
+        worker = threading.Thread(target=search)
         worker.start()
         worker.join(timeout=30)
         assert not worker.is_alive()  # it did not wait for the busy graph
         assert walked.lock.acquire(blocking=False)  # and left its own graph's lock free
         walked.lock.release()
-    assert answers == [exact(index, other, "w1 w2")]
+    with walked.lock:  # its own graph's lock held: the search walks that graph, so it waits
+        waiting = threading.Thread(target=search)
+        waiting.start()
+        waiting.join(timeout=0.5)
+        assert waiting.is_alive()
+    waiting.join(timeout=30)
+    assert not waiting.is_alive()
+    assert answers == [exact(index, other, "w1 w2")] * 2
 
 
 def test_the_log_is_applied_in_turns_of_the_measured_size(
