@@ -118,6 +118,32 @@ def test_a_chunk_is_found_before_the_index_holds_it_and_a_dropped_one_never(setu
     assert view.searcher.num_docs == 51  # generation 1 and the deleted document are gone
 
 
+def test_a_long_question_asks_the_index_for_its_rarest_words(setup) -> None:
+    """Words that most of the dataset holds are left out of what Tantivy is asked once the
+    rarer ones reach twice the dataset's chunks in postings (terms.rarest_terms): here "cc",
+    as common as "aa" and "bb" and last in the question, so the chunks holding only it are
+    not found; asked alone, it is."""
+    index, dataset = setup
+    with index.db.write() as conn:
+        document = insert_document(conn, dataset)
+    fillers = texts(7, 100)
+    bodies = [
+        " ".join(
+            [*(["okapi"] if n == 0 else []), *(["aa", "bb"] if n < 80 else []), "cc" * (n >= 20)]
+        )
+        + " "
+        + filler
+        for n, filler in enumerate(fillers)
+    ]
+    write(index, dataset, document, 1, bodies)
+    kept(index)
+    without_fts(index)
+    hits = found(index, dataset, "okapi aa bb cc", k=100)
+    assert hits[0] == bodies[0]
+    assert sorted(hits) == sorted(bodies[:80])  # 1 + 80 + 80 postings asked; cc's 80 not
+    assert len(found(index, dataset, "cc", k=100)) == 80
+
+
 def test_a_pending_chunk_scores_as_the_index_will_score_it(setup) -> None:
     index, dataset = setup
     with index.db.write() as conn:

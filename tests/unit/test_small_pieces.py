@@ -23,7 +23,13 @@ from knowledgeops.errors import (
     TransientError,
 )
 from knowledgeops.ingest.index.base import Hit, chunk_id
-from knowledgeops.ingest.index.terms import coverage, index_text, query_terms, query_words
+from knowledgeops.ingest.index.terms import (
+    coverage,
+    index_text,
+    query_terms,
+    query_words,
+    rarest_terms,
+)
 from knowledgeops.jobs.classify import classify
 from knowledgeops.lab.bench.passages import faq_pages
 from knowledgeops.lab.embedders import HashingEmbedder
@@ -175,6 +181,18 @@ def test_japanese_and_korean_are_cut_into_bigrams() -> None:
     assert query_terms("設定ファイル") == ["設定", "定フ", "ファ", "ァイ", "イル"]
     assert index_text("데비안을 설치").split() == ["데비", "비안", "안을", "설치"]
     assert index_text("no CJK here") == "no CJK here"
+
+
+def test_a_long_question_asks_for_its_rarest_terms_within_the_budget() -> None:
+    held = {"debian": 880, "linux": 690, "gnu": 610, "slackware": 3, "rpm": 40, "use": 300}
+    asked = rarest_terms(["use", "debian", "rpm", "linux", "slackware", "gnu"], held.get, 800)
+    # 3 + 40 + 300 + 610 fit in 2 × 800 postings; linux would pass it: linux and debian stay out
+    assert asked == ["use", "rpm", "slackware", "gnu"]
+    assert rarest_terms(["debian"], held.get, 100) == ["debian"]  # the rarest is always asked
+    assert rarest_terms(["linux", "gnu"], held.get, 10) == ["gnu"]
+    # equally rare: the query's order decides
+    assert rarest_terms(["b", "a", "c"], {"a": 5, "b": 5, "c": 5}.get, 5) == ["b", "a"]
+    assert rarest_terms([], held.get, 10) == []
 
 
 def test_chunk_ids_are_stable_and_distinct() -> None:

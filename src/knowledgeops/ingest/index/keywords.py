@@ -54,7 +54,7 @@ from sqlalchemy import Connection
 
 from knowledgeops.db.engine import Database
 from knowledgeops.ingest.index.keys import dataset_key
-from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text
+from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, rarest_terms
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +272,7 @@ class Keywords:
         if view is None:
             self.want()
             return None
-        words = query_tokens(terms)
+        words = self._asked(view, key, query_tokens(terms))
         if not words:
             return Candidates([], 0)
         pending = self.changes.pending(conn, key, view.applied, PENDING_MAX + 1)
@@ -295,6 +295,17 @@ class Keywords:
         scored.update(self._score_pending(conn, view, key, words, added))
         best = sorted(scored.items(), key=lambda item: (-item[1], item[0]))
         return Candidates(best, len(found.hits))
+
+    def _asked(self, view: View, key: int, words: list[str]) -> list[str]:
+        """The words of the question asked of the dataset `key`: its rarest (terms.rarest_terms),
+        by the index's counts."""
+        if len(words) < 2:
+            return words
+        chunks = view.searcher.doc_freq("dataset", key)
+        prefix = _terms(key, [""])[0]
+        return rarest_terms(
+            words, lambda word: view.searcher.doc_freq("text", prefix + word), chunks
+        )
 
     def _score_pending(
         self, conn: Connection, view: View, key: int, words: list[str], seqs: list[int]

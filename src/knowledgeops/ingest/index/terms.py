@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 TERMS_VERSION = 2
 """Bumped whenever `index_text` changes, so indexes built with the old terms are rebuilt."""
@@ -120,6 +120,32 @@ def _content(terms: list[str]) -> list[str]:
     unique = list(dict.fromkeys(terms))
     content = [term for term in unique if term not in STOPWORDS]
     return content or unique
+
+
+QUERY_POSTINGS_PER_CHUNK = 2.0
+"""How many postings a keyword search at scale reads, at most, per chunk of its dataset
+(`rarest_terms`; docs/architecture.md, "A long question asks for its rarest words")."""
+
+
+def rarest_terms(terms: Sequence[str], doc_freq: Callable[[str], int], chunks: int) -> list[str]:
+    """The terms a search asks a large index for: the rarest first (fewest chunks holding
+    them), as many as the dataset holds QUERY_POSTINGS_PER_CHUNK × `chunks` times together,
+    at least the rarest one; in the query's order. An engine reads every posting of every
+    term asked, and a term most chunks hold lets block-max WAND skip nothing: a question of
+    forty Japanese bigrams or of "debian linux gnu" in a Debian dataset read millions of
+    postings for words whose BM25 weight is a tenth of a rare word's. Left out, they cost the
+    ranking nothing (measured: docs/architecture.md, "A long question asks for its rarest
+    words")."""
+    freq = {term: doc_freq(term) for term in terms}
+    budget = QUERY_POSTINGS_PER_CHUNK * chunks
+    kept: set[str] = set()
+    used = 0
+    for term in sorted(freq, key=lambda term: freq[term]):  # stable: the query's order on ties
+        if kept and used + freq[term] > budget:
+            break
+        kept.add(term)
+        used += freq[term]
+    return [term for term in freq if term in kept]
 
 
 def coverage(words: list[str], text: str) -> float:
