@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from knowledgeops.db.engine import Database
-from knowledgeops.ingest.index import graphs, keywords
+from knowledgeops.ingest.index import graphs, keywords, terms
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keywords import tokens
 from knowledgeops.ingest.index.sqlite import SqliteIndex, side_folder
+from knowledgeops.lab.bench.search import _keyword_budget_sweep
 from tests.fixtures.rows import insert_dataset, insert_document
 from tests.integration.test_index_graphs import EMBED, write
 
@@ -142,6 +143,26 @@ def test_a_long_question_asks_the_index_for_its_rarest_words(setup) -> None:
     assert hits[0] == bodies[0]
     assert sorted(hits) == sorted(bodies[:80])  # 1 + 80 + 80 postings asked; cc's 80 not
     assert len(found(index, dataset, "cc", k=100)) == 80
+
+
+def test_the_bench_sweeps_the_postings_budget_against_every_word(setup) -> None:
+    """`kops bench search`'s sweep: every word is the reference (its top 10 kept whole), a
+    budget that leaves words out keeps less of it, and the budget chosen is put back."""
+    index, dataset = setup
+    with index.db.write() as conn:
+        document = insert_document(conn, dataset)
+    write(index, dataset, document, 1, texts(8, 400))
+    kept(index)
+    questions = [" ".join(WORDS[n : n + 30]) for n in range(0, 300, 30)]
+    sweep = _keyword_budget_sweep(index, dataset, questions)
+    assert set(sweep) == {"inf", "1.0", "1.5", "2.0", "3.0"}
+    assert sweep["inf"]["top10_kept"] == 1.0
+    # thirty words in 5% of the chunks each (1.5 postings a chunk): a budget of one posting a
+    # chunk asks about two thirds of them and ranks otherwise, three a chunk asks every word
+    assert sweep["1.0"]["top10_kept"] < 0.9
+    assert sweep["3.0"]["top10_kept"] == 1.0
+    assert all(0 < row["p50"] <= row["p95"] <= row["max"] for row in sweep.values())
+    assert terms.QUERY_POSTINGS_PER_CHUNK == 2.0
 
 
 def test_a_pending_chunk_scores_as_the_index_will_score_it(setup) -> None:

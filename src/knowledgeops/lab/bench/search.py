@@ -20,6 +20,7 @@ embedding and HTTP are left out (they do not grow with the corpus).
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import statistics
@@ -42,7 +43,7 @@ from knowledgeops.db.engine import Database
 from knowledgeops.db.migrate import upgrade
 from knowledgeops.db.schema import datasets, documents
 from knowledgeops.ingest.embedders.local import LocalMiniLM, load_tokenizer
-from knowledgeops.ingest.index import graphs, pgvector, vector_rows
+from knowledgeops.ingest.index import graphs, pgvector, terms, vector_rows
 from knowledgeops.ingest.index.base import ChunkIndex, Hit, IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keys import dataset_key
@@ -474,6 +475,10 @@ def _measure_embedded(
         )
     figures.settings["ef_sweep"] = _ef_sweep(index, corpus, dataset_ids[0], questions)
     figures.settings["fused_sweep"] = _fused_sweep(index, corpus, dataset_ids[0], questions)
+    if index.keywords.ready:
+        figures.settings["keyword_budget_sweep"] = _keyword_budget_sweep(
+            index, dataset_ids[0], questions
+        )
     if index.graphs.ready(dataset_key(dataset_ids[0])):
         figures.settings["maintenance"] = _maintenance(index, db, passages, dataset_ids[0])
 
@@ -772,6 +777,42 @@ def _fused_sweep(
     return out
 
 
+KEYWORD_BUDGET_SWEEP = (1.0, 1.5, 2.0, 3.0)  # terms.QUERY_POSTINGS_PER_CHUNK; inf: every word
+
+
+def _keyword_budget_sweep(
+    index: ChunkIndex, dataset_id: str, questions: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """A hybrid search's keyword list (HYBRID_CANDIDATES) of the large dataset with each
+    postings budget of the question's rarest words (terms.rarest_terms), and with every word
+    ("inf"): p50, p95, the slowest, and how much of every word's top 10 each keeps."""
+    chosen = terms.QUERY_POSTINGS_PER_CHUNK
+    out: dict[str, dict[str, float]] = {}
+    every: list[set[str]] = []
+    try:
+        for budget in (math.inf, *KEYWORD_BUDGET_SWEEP):
+            terms.QUERY_POSTINGS_PER_CHUNK = budget
+            took, kept = [], []
+            for n, question in enumerate(questions):
+                began = time.perf_counter()
+                hits = index.search_keyword(dataset_id, question, HYBRID_CANDIDATES)
+                took.append((time.perf_counter() - began) * 1000)
+                top = {hit.chunk_id for hit in hits[:TOP_K]}
+                if budget == math.inf:
+                    every.append(top)
+                elif every[n]:
+                    kept.append(len(top & every[n]) / len(every[n]))
+            out[str(budget)] = {
+                "p50": round(percentile(took, 50), 2),
+                "p95": round(percentile(took, 95), 2),
+                "max": round(max(took), 2),
+                "top10_kept": round(float(np.mean(kept)), 4) if kept else 1.0,
+            }
+    finally:
+        terms.QUERY_POSTINGS_PER_CHUNK = chosen
+    return out
+
+
 def _pg_ef_sweep(
     index: PgVectorIndex, corpus: Corpus, dataset_id: str, questions: Sequence[str]
 ) -> dict[str, dict[str, float]]:
@@ -844,6 +885,20 @@ def _build_pg_keywords(figures: SearchFigures, index: PgVectorIndex, folder: Pat
         raise RuntimeError(f"the keyword index was not built within {BUILD_LIMIT_S:.0f} s")
     figures.settings["keyword_build_s"] = round(time.perf_counter() - began, 1)
     figures.settings["keyword_disk_mb"] = round(_folder_mb(folder), 1)
+
+
+def _measure_pg_keywords(
+    figures: SearchFigures,
+    db: Database,
+    index: PgVectorIndex,
+    dataset_ids: Sequence[str],
+    questions: Sequence[str],
+) -> None:
+    """The keyword index's postings budget swept, and GIN's `ts_rank_cd` for the same words."""
+    figures.settings["keyword_budget_sweep"] = _keyword_budget_sweep(
+        index, dataset_ids[0], questions
+    )
+    figures.settings["gin_keyword_ms"] = _gin_keyword(db, dataset_ids, questions)
 
 
 def _gin_keyword(
@@ -954,7 +1009,7 @@ def bench_scaleout(
         _measure(figures, index, corpus, dataset_ids, questions, HashingEmbedder(DIMENSION))
         figures.settings["ef_search_sweep"] = _pg_ef_sweep(index, corpus, dataset_ids[0], questions)
         if index.keywords is not None and index.keywords.ready:
-            figures.settings["gin_keyword_ms"] = _gin_keyword(db, dataset_ids, questions)
+            _measure_pg_keywords(figures, db, index, dataset_ids, questions)
         if hnsw_builds:
             figures.settings["hnsw_sweep"] = _hnsw_sweep(
                 db, index, corpus, dataset_ids[0], questions, hnsw_builds
