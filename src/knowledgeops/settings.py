@@ -32,6 +32,13 @@ class Settings(BaseSettings):
     database_url: SecretStr | None = Field(
         None, description="SQLAlchemy URL; default: a SQLite file in data_dir."
     )
+    keyword_index_min_chunks: int = Field(
+        20_000,
+        ge=0,
+        description="Active chunks in the whole table from which keyword searches go through "
+        "the keyword index (Tantivy, kept beside the database) instead of the database's own "
+        "full-text search (FTS5, GIN); 0: from the first chunk.",
+    )
     keyword_index_dir: Path | None = Field(
         None,
         description="Scale-out: where each process serving searches keeps its keyword index "

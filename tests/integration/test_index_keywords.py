@@ -19,6 +19,8 @@ from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keywords import tokens
 from knowledgeops.ingest.index.sqlite import SqliteIndex, side_folder
 from knowledgeops.lab.bench.search import _keyword_budget_sweep
+from knowledgeops.roles.wiring import make_index
+from knowledgeops.settings import Settings
 from tests.fixtures.rows import insert_dataset, insert_document
 from tests.integration.test_index_graphs import EMBED, write
 
@@ -380,3 +382,31 @@ def test_the_side_folders_sit_beside_the_database_file(tmp_path: Path) -> None:
         assert side_folder(db, "keywords") == tmp_path / "kb.db.keywords"
     finally:
         db.dispose()
+
+
+def test_the_keyword_index_answers_from_the_size_the_settings_give(
+    sqlite_db: Database, tmp_path: Path
+) -> None:
+    """KOPS_KEYWORD_INDEX_MIN_CHUNKS: 0 puts a table of three chunks on the keyword index (what
+    `kops eval` runs to judge its ranking); the default leaves such a table to FTS5."""
+    assert Settings(data_dir=tmp_path).keyword_index_min_chunks == keywords.KEYWORD_MIN_CHUNKS
+    small = make_index(sqlite_db, EMBED.dimension, Settings(data_dir=tmp_path))
+    index = make_index(
+        sqlite_db, EMBED.dimension, Settings(data_dir=tmp_path, keyword_index_min_chunks=0)
+    )
+    assert isinstance(index, SqliteIndex)
+    assert isinstance(small, SqliteIndex)
+    index.ensure()
+    try:
+        with sqlite_db.write() as conn:
+            dataset = insert_dataset(conn)
+            document = insert_document(conn, dataset)
+        write(index, dataset, document, 1, ["a heron waits", "an okapi grazes", "w1 w2"])
+        assert not small._keywords_wanted()
+        kept(index)
+        without_fts(index)
+        assert found(index, dataset, "okapi") == ["an okapi grazes"]
+        assert found(small, dataset, "okapi") == []  # FTS5, emptied above
+    finally:
+        index.close()
+        small.close()

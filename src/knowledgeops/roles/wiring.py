@@ -33,6 +33,7 @@ from knowledgeops.ingest.embedders.onnx_int8 import INT8_MODEL_ID, OnnxMiniLM, i
 from knowledgeops.ingest.embedders.openai import KeySource, OpenAIEmbedder
 from knowledgeops.ingest.embedders.scheduler import ModelScheduler
 from knowledgeops.ingest.index.base import ChunkIndex
+from knowledgeops.ingest.index.keywords import KEYWORD_MIN_CHUNKS
 from knowledgeops.ingest.index.pgvector import PgVectorIndex
 from knowledgeops.ingest.index.sqlite import SqliteIndex
 from knowledgeops.ingest.lifecycle import DocumentLifecycle
@@ -61,11 +62,15 @@ from knowledgeops.webhooks.events import WebhookEvents
 
 
 def make_index(db: Database, dimension: int, settings: Settings | None = None) -> ChunkIndex:
-    """The database's index. On PostgreSQL, with `settings`, a process that serves searches
-    keeps its keyword index under `keyword_index_dir` once the table is large."""
+    """The database's index. With `settings`, keyword searches go through the keyword index
+    once the table holds `keyword_index_min_chunks` active chunks; on PostgreSQL a process that
+    serves searches keeps that index under `keyword_index_dir`."""
+    min_chunks = KEYWORD_MIN_CHUNKS if settings is None else settings.keyword_index_min_chunks
     if db.is_sqlite:
-        return SqliteIndex(db, dimension)
-    return PgVectorIndex(db, dimension, keyword_folder=keyword_folder(settings))
+        return SqliteIndex(db, dimension, keyword_min_chunks=min_chunks)
+    return PgVectorIndex(
+        db, dimension, keyword_folder=keyword_folder(settings), keyword_min_chunks=min_chunks
+    )
 
 
 def keyword_folder(settings: Settings | None) -> Path | None:
