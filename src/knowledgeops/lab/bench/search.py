@@ -777,7 +777,7 @@ def _fused_sweep(
     return out
 
 
-KEYWORD_BUDGET_SWEEP = (1.0, 1.5, 2.0, 3.0)  # terms.QUERY_POSTINGS_PER_CHUNK; inf: every word
+KEYWORD_BUDGET_SWEEP = (1.0, 2.0, 3.0, 4.0)  # terms.QUERY_POSTINGS_PER_CHUNK; inf: every word
 
 
 def _keyword_budget_sweep(
