@@ -217,7 +217,8 @@ def asks(k: int, share: float) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class Candidates:
     scored: list[tuple[int, float]]  # (seq, BM25), best first
-    ranked: int  # how many the index itself returned (fewer than asked: every match was seen)
+    ranked: int  # how many the index itself returned (fewer than asked: every match was seen,
+    # of every word of the question: Keywords.candidates)
 
 
 @dataclass(frozen=True)
@@ -267,19 +268,34 @@ class Keywords:
         """(seq, BM25) of the dataset `key`'s best `want` chunks for `terms`, and of the chunks
         logged as added since the last commit that hold one of them, read in `conn`'s
         transaction. None when the index is not ready or too far behind (the engine's own
-        full-text search answers)."""
+        full-text search answers). The index is asked the question's rarest words (`_asked`);
+        when they match fewer than `want` chunks, it is asked every word, so a short list
+        still means every chunk holding a word of the question was seen."""
         view = self._view
         if view is None:
             self.want()
             return None
-        words = self._asked(view, key, query_tokens(terms))
-        if not words:
+        every = query_tokens(terms)
+        if not every:
             return Candidates([], 0)
         pending = self.changes.pending(conn, key, view.applied, PENDING_MAX + 1)
         if pending:
             self._wake.set()
         if len(pending) > PENDING_MAX or any(seq == RESET for seq, _ in pending):
             return None
+        words = self._asked(view, key, every)
+        found = self._search(view, key, words, want)
+        if len(found) < want and len(words) < len(every):
+            words = every  # the words left out may hold chunks these do not (under a filter)
+            found = self._search(view, key, words, want)
+        scored = dict(found)
+        added = [seq for seq, is_added in pending if is_added]
+        scored.update(self._score_pending(conn, view, key, words, added))
+        best = sorted(scored.items(), key=lambda item: (-item[1], item[0]))
+        return Candidates(best, len(found))
+
+    def _search(self, view: View, key: int, words: list[str], want: int) -> list[tuple[int, float]]:
+        """(seq, BM25) of the dataset `key`'s best `want` chunks in the index for `words`."""
         query = tantivy.Query.boolean_query(
             [
                 (tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "text", term))
@@ -288,13 +304,9 @@ class Keywords:
         )
         found = view.searcher.search(query, want, count=False)
         seqs = view.searcher.fast_field_values("seq", [address for _, address in found.hits])
-        scored = {
-            int(seq or 0): float(score) for seq, (score, _) in zip(seqs, found.hits, strict=True)
-        }
-        added = [seq for seq, is_added in pending if is_added]
-        scored.update(self._score_pending(conn, view, key, words, added))
-        best = sorted(scored.items(), key=lambda item: (-item[1], item[0]))
-        return Candidates(best, len(found.hits))
+        return [
+            (int(seq or 0), float(score)) for seq, (score, _) in zip(seqs, found.hits, strict=True)
+        ]
 
     def _asked(self, view: View, key: int, words: list[str]) -> list[str]:
         """The words of the question asked of the dataset `key`: its rarest (terms.rarest_terms),
