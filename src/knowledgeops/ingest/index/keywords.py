@@ -104,9 +104,14 @@ def query_tokens(terms: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def _prefix(key: int) -> str:
+    """What the index's terms of the dataset `key` begin with: its key as unsigned hex."""
+    return f"{key & 0xFFFF_FFFF_FFFF_FFFF:x}:"
+
+
 def _terms(key: int, words: Iterable[str]) -> list[str]:
-    """The index's terms for `words` of the dataset `key` (its key as unsigned hex)."""
-    prefix = f"{key & 0xFFFF_FFFF_FFFF_FFFF:x}:"
+    """The index's terms for `words` of the dataset `key`."""
+    prefix = _prefix(key)
     return [prefix + word for word in words]
 
 
@@ -314,7 +319,7 @@ class Keywords:
         if len(words) < 2:
             return words
         chunks = view.searcher.doc_freq("dataset", key)
-        prefix = _terms(key, [""])[0]
+        prefix = _prefix(key)
         return rarest_terms(
             words, lambda word: view.searcher.doc_freq("text", prefix + word), chunks
         )
