@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import random
 import re
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,9 @@ from knowledgeops.errors import (
     SettingsError,
     TransientError,
 )
+from knowledgeops.ingest.index import terms
 from knowledgeops.ingest.index.base import Hit, chunk_id
+from knowledgeops.ingest.index.keywords import tokens
 from knowledgeops.ingest.index.terms import (
     coverage,
     index_text,
@@ -181,6 +184,32 @@ def test_japanese_and_korean_are_cut_into_bigrams() -> None:
     assert query_terms("設定ファイル") == ["設定", "定フ", "ファ", "ァイ", "イル"]
     assert index_text("데비안을 설치").split() == ["데비", "비안", "안을", "설치"]
     assert index_text("no CJK here") == "no CJK here"
+
+
+def _whole_text_tokens(text: str) -> list[str]:
+    """The keyword index's terms as first defined: the text normalised whole (no cut caches)."""
+    japanese = terms._HAS_KANA.search(text) is not None
+    lowered = terms._CJK_RUN.sub(lambda m: terms._run_text(m.group(), japanese), text).lower()
+    bare = re.sub("[\u0300-\u036f]+", "", unicodedata.normalize("NFD", lowered))
+    return re.findall(r"[^\W_]+", unicodedata.normalize("NFC", bare))
+
+
+def test_the_keyword_terms_taken_a_piece_at_a_time_are_those_of_the_whole_text() -> None:
+    tricky = [
+        "Cafe\u0301 na\u00efve ÉCOLE",  # a mark decomposed, precomposed, upper case
+        "ΟΔΟΣ ΟΔΟΣ. ΣΑΣ",  # final sigma: lower-cased by its neighbours
+        "\u1100\u1161\u11a8 \u1100 \u1161",  # Hangul jamo composed into a syllable, or not
+        " \u0301a b\u0301 \u3099か が",  # marks after a space, a kana voicing mark
+        "İstanbul ǅemal ﬁle Å",  # İ lower-cases to two; a ligature; the angstrom sign
+        "x" * 70 + "é " + "データベース" * 10 + " 数据库是唯一的真相来源",  # long pieces, CJK
+        "tab\tand\nnew line é\u00a0nbsp  two  spaces ",
+    ]
+    pages = faq_pages(Path(__file__).parents[2] / "eval")
+    texts = tricky + [page[start : start + 1500] for page in pages for start in (0, 7000)]
+    for text in texts:
+        assert tokens(text) == _whole_text_tokens(text), text[:80]
+        assert tokens(text) == _whole_text_tokens(text), text[:80]  # from the caches
+    assert tokens("Ἀθῆναι naïve") == ["αθηναι", "naive"]
 
 
 def test_a_long_question_asks_for_its_rarest_terms_within_the_budget() -> None:

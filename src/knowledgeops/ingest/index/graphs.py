@@ -248,6 +248,17 @@ class Graphs:
 
     def close(self) -> None:
         """Stop the thread and snapshot every graph with changes (a clean stop loads fast)."""
+        self.stop()
+        for graph in list(self._graphs.values()):
+            if graph.changes:
+                try:
+                    self._save(graph)
+                except Exception:  # a snapshot is an optimisation: the log still holds it all
+                    log.exception("could not snapshot the graph of dataset key %s", graph.key)
+
+    def stop(self) -> None:
+        """Stop the thread after its turn; the graphs stay in memory and the log keeps what
+        they have not taken in (`want` starts it again)."""
         with self._state:
             thread = self._thread
             self._thread = None
@@ -255,12 +266,6 @@ class Graphs:
             self._stop.set()
             self._wake.set()
             thread.join(timeout=120)
-        for graph in list(self._graphs.values()):
-            if graph.changes:
-                try:
-                    self._save(graph)
-                except Exception:  # a snapshot is an optimisation: the log still holds it all
-                    log.exception("could not snapshot the graph of dataset key %s", graph.key)
 
     # --- the thread -----------------------------------------------------------------------------
     def _run(self) -> None:

@@ -37,6 +37,7 @@ removed and split on what is not a letter or a digit: what FTS5's `unicode61 rem
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -87,13 +88,40 @@ TOKENS_VERSION = 2  # 2: each term carries its dataset's key
 table, so an index made of other terms has no state row and is rebuilt."""
 
 
+SEGMENT_CACHED_MAX = 64  # characters of a piece between spaces whose terms are kept …
+SEGMENT_CACHE = 32_768  # … in so many pieces at most (a few MB)
+
+
 def tokens(text: str) -> list[str]:
-    """The terms the index holds of a chunk's text."""
+    """The terms the index holds of a chunk's text: `index_text`'s, lower-cased, Latin
+    diacritics removed (NFD, the marks dropped, NFC), split on what is not a letter or digit.
+
+    Text with more than ASCII is taken a piece between spaces at a time, each piece's terms
+    kept (a corpus repeats its words): the same terms, since a space ends every term and no
+    canonical composition or reordering crosses it (it is a starter that composes with
+    nothing); lower-casing, whose final sigma looks at its neighbours, is done first, whole."""
     lowered = index_text(text).lower()
-    if not lowered.isascii():
-        bare = _MARKS.sub("", unicodedata.normalize("NFD", lowered))
-        lowered = unicodedata.normalize("NFC", bare)
-    return _TOKEN.findall(lowered)
+    if lowered.isascii():
+        return _TOKEN.findall(lowered)
+    found: list[str] = []
+    for segment in lowered.split(" "):
+        if len(segment) > SEGMENT_CACHED_MAX:
+            found.extend(_segment_tokens(segment))
+        else:
+            found.extend(_cached_segment_tokens(segment))
+    return found
+
+
+@functools.lru_cache(maxsize=SEGMENT_CACHE)
+def _cached_segment_tokens(segment: str) -> tuple[str, ...]:
+    return _segment_tokens(segment)
+
+
+def _segment_tokens(segment: str) -> tuple[str, ...]:
+    if not segment.isascii():
+        bare = _MARKS.sub("", unicodedata.normalize("NFD", segment))
+        segment = unicodedata.normalize("NFC", bare)
+    return tuple(_TOKEN.findall(segment))
 
 
 def query_tokens(terms: Iterable[str]) -> list[str]:

@@ -62,15 +62,34 @@ def _run_terms(run: str, *, japanese: bool) -> Iterator[str]:
             yield word
 
 
+RUN_CACHED_MAX = 32  # characters of a CJK run whose cut is kept (a corpus repeats its words) …
+RUN_CACHE = 16_384  # … in so many runs at most (a few MB)
+
+
+@functools.lru_cache(maxsize=RUN_CACHE)
+def _cached_run_text(run: str, japanese: bool) -> str:
+    return _run_text(run, japanese)
+
+
+def _run_text(run: str, japanese: bool) -> str:
+    """A CJK run as `index_text` writes it: its terms between spaces."""
+    return " " + " ".join(_run_terms(run, japanese=japanese)) + " "
+
+
 def index_text(text: str) -> str:
     """`text` with each CJK run replaced by its terms between spaces (the rest unchanged): what
     the keyword index tokenizes."""
     if not _CJK_RUN.search(text):
         return text
     japanese = _HAS_KANA.search(text) is not None
-    return _CJK_RUN.sub(
-        lambda m: " " + " ".join(_run_terms(m.group(), japanese=japanese)) + " ", text
-    )
+
+    def cut(match: re.Match[str]) -> str:
+        run = match.group()
+        if len(run) > RUN_CACHED_MAX:
+            return _run_text(run, japanese)
+        return _cached_run_text(run, japanese)
+
+    return _CJK_RUN.sub(cut, text)
 
 
 # Function words carry no topic; in a small dataset BM25 still scores them high when they are

@@ -480,6 +480,9 @@ def _measure_embedded(
             index, dataset_ids[0], questions
         )
     if index.graphs.ready(dataset_key(dataset_ids[0])):
+        figures.settings["ingestion"] = _ingestion(
+            index, db, passages, dataset_ids[0], figures.chunks
+        )
         figures.settings["maintenance"] = _maintenance(index, db, passages, dataset_ids[0])
 
 
@@ -567,17 +570,153 @@ def _model_cpu_ms_per_chunk(passages: Passages) -> float:
     also count the threads spinning while they wait for each other."""
     model = LocalMiniLM()
     model.load()
-    tokenizer = load_tokenizer()
-    size = Settings.model_fields["chunk_size"].default
-    texts = []
+    cut = _chunk_cut()
+    texts: list[str] = []
     for batch in passages.batches(MODEL_CHUNKS, seed=3, size=MODEL_BATCH):
-        for body in batch.texts:
-            spans = [span for span in tokenizer.encode(body).offsets if span != (0, 0)]
-            texts.append(body[: spans[min(size, len(spans)) - 1][1]] if spans else body)
+        texts.extend(cut(body) for body in batch.texts)
     began = time.perf_counter()
     for start in range(0, len(texts), MODEL_BATCH):
         model.embed(texts[start : start + MODEL_BATCH])
     return 1000 * (time.perf_counter() - began) * model.threads / len(texts)
+
+
+def _chunk_cut() -> Callable[[str], str]:
+    """A passage cut to the pipeline's default chunk size in the model's tokens: the chunk a
+    job would embed."""
+    tokenizer = load_tokenizer()
+    size = int(Settings.model_fields["chunk_size"].default)
+
+    def cut(body: str) -> str:
+        spans = [span for span in tokenizer.encode(body).offsets if span != (0, 0)]
+        return body[: spans[min(size, len(spans)) - 1][1]] if spans else body
+
+    return cut
+
+
+INGEST_ROUNDS = 3  # each: a run with the index kept beside it and one without, in turn
+INGEST_DOCUMENTS_MAX = 5  # documents of CHUNKS_PER_DOCUMENT per run (fewer below 1M chunks)
+
+
+def _ingestion(
+    index: SqliteIndex, db: Database, passages: Passages, dataset_id: str, chunks: int
+) -> dict[str, Any]:
+    """What keeping the index costs ingestion, measured as throughput: chunks embedded by the
+    real model in the pipeline's batches and written a document per transaction as a job
+    writes them, into the large dataset, while the graphs' and the keyword index's threads take
+    them in as the service runs them (kept), and with those threads stopped (not kept: the log
+    holds the chunks, taken in untimed before the next run). The runs alternate, each round in
+    the other order; the share is the median throughput lost. Parsing, chunking and the job's
+    own bookkeeping are left out: they would only add to the time the upkeep is a share of.
+
+    The vectors written are the corpus's own (the graph's work is that of a dataset of its
+    kind); the model embeds the same chunks for its real cost. A graph snapshot (due every
+    graphs.SNAPSHOT_INTERVAL_S while changes arrive) is timed apart, before the runs, and
+    given as the share of the machine it takes at that interval."""
+    key = dataset_key(dataset_id)
+    keywords_kept = index.keywords.ready
+    model = LocalMiniLM()
+    model.load()
+    cut = _chunk_cut()
+    per_run = max(1, min(INGEST_DOCUMENTS_MAX, chunks // 200_000))
+    runs = [kept for n in range(INGEST_ROUNDS) for kept in ((True, False), (False, True))[n % 2]]
+    made: list[str] = []
+
+    def keep(on: bool) -> None:
+        """Start the index's threads and wait until they hold the whole log."""
+        index.graphs.want(key)
+        if keywords_kept:
+            index.keywords.want()
+        words = index.keywords.caught_up(timeout=600) if keywords_kept else True
+        if not (index.graphs.caught_up(timeout=600) and words):
+            raise RuntimeError("the index did not catch up with the log within 600 s")
+
+    def write_document(document_id: str, texts: list[str], part: list[IndexedChunk]) -> None:
+        """A job's work on a document once parsed and chunked: embed, then one transaction."""
+        for start in range(0, len(texts), MODEL_BATCH):
+            model.embed(texts[start : start + MODEL_BATCH])
+        with db.write() as tx:
+            _document(tx, document_id, dataset_id, 1, shelf=1)
+            index.upsert(tx, part)
+            index.activate(tx, document_id, 1)
+        made.append(document_id)
+
+    keep(True)
+    index.graphs.stop()
+    graph = index.graphs._graphs[key]
+    snapshot_s, snapshot_cpu_s = _timed_snapshot(index, key)
+    snapshot = graph.snapshot
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    behind: list[int] = []
+    for n, kept in enumerate(runs):
+        run = [_ingest_document(passages, cut, dataset_id, n, d) for d in range(1 + per_run)]
+        keep(True)
+        # the run's first document is written before the clock starts, the index kept: its
+        # upkeep falls inside the timed run as the last one's falls after it (a steady state)
+        write_document(*run[0])
+        if not kept:
+            index.graphs.stop()
+            index.keywords.close()
+        began = time.perf_counter()
+        for document in run[1:]:
+            write_document(*document)
+        took = time.perf_counter() - began
+        rates[kept].append(per_run * CHUNKS_PER_DOCUMENT / took)
+        if kept:
+            behind.append(_graph_behind(index, db, key))
+    keep(True)
+    with db.write() as tx:  # a kept database holds the corpus alone again
+        for document_id in made:
+            index.delete_document(tx, document_id)
+            tx.execute(documents.delete().where(documents.c.id == document_id))
+    kept_rate, plain_rate = statistics.median(rates[True]), statistics.median(rates[False])
+    return {
+        "chunks_per_run": per_run * CHUNKS_PER_DOCUMENT,
+        "runs_per_mode": INGEST_ROUNDS,
+        "chunks_per_s_kept": [round(rate, 2) for rate in rates[True]],
+        "chunks_per_s_not_kept": [round(rate, 2) for rate in rates[False]],
+        "throughput_lost_pct": round(100 * (1 - kept_rate / plain_rate), 2),
+        # log rows of the dataset the graph had not taken in when a kept run ended
+        "graph_behind_at_end_max": max(behind),
+        "snapshot_during_runs": graph.snapshot != snapshot,  # one more than timed apart
+        "snapshot_s": round(snapshot_s, 3),
+        "snapshot_cpu_s": round(snapshot_cpu_s, 3),
+        "snapshot_share_pct": round(
+            100 * snapshot_cpu_s / (graphs.SNAPSHOT_INTERVAL_S * model.threads), 2
+        ),
+    }
+
+
+def _timed_snapshot(index: SqliteIndex, key: int) -> tuple[float, float]:
+    """Snapshot the dataset's graph as its thread would (stopped): seconds, and the process's
+    CPU seconds. A snapshot is then not due for graphs.SNAPSHOT_INTERVAL_S."""
+    began_cpu, began = time.process_time(), time.perf_counter()
+    index.graphs._save(index.graphs._graphs[key])
+    return time.perf_counter() - began, time.process_time() - began_cpu
+
+
+def _graph_behind(index: SqliteIndex, db: Database, key: int) -> int:
+    """The log rows of the dataset `key` its graph has not taken in."""
+    graph = index.graphs._graphs[key]
+    with db.read() as conn:
+        found = conn.exec_driver_sql(
+            f"SELECT count(*) FROM {index.graphs.log} WHERE dataset_key = ? AND id > ?",
+            (key, graph.applied),
+        ).scalar()
+    return int(found or 0)
+
+
+def _ingest_document(
+    passages: Passages, cut: Callable[[str], str], dataset_id: str, run: int, n: int
+) -> tuple[str, list[str], list[IndexedChunk]]:
+    """The `n`th document of ingestion run `run`: its id, its chunks' texts and its rows."""
+    document_id = str(uuid.uuid5(_IDS, f"ingestion-{run}-{n}"))
+    seed = 5000 + 100 * run + n
+    batch = next(passages.batches(CHUNKS_PER_DOCUMENT, seed, CHUNKS_PER_DOCUMENT))
+    texts = [cut(body) for body in batch.texts]
+    part = [
+        _chunk(document_id, dataset_id, i, body, batch.vectors[i]) for i, body in enumerate(texts)
+    ]
+    return document_id, texts, part
 
 
 def _maintenance(
@@ -1083,4 +1222,20 @@ def render(figures: Sequence[SearchFigures]) -> Any:
             "",
             "",
         )
+        ingestion = f.settings.get("ingestion")
+        if ingestion:
+            kept = statistics.median(ingestion["chunks_per_s_kept"])
+            plain = statistics.median(ingestion["chunks_per_s_not_kept"])
+            table.add_row(
+                f.topology,
+                str(f.chunks),
+                f"ingestion {kept:.1f} chunks/s with the index kept, {plain:.1f} without: "
+                f"{ingestion['throughput_lost_pct']:g}% lost (+ snapshots "
+                f"{ingestion['snapshot_share_pct']:g}%)",
+                "",
+                "",
+                "",
+                "",
+                "",
+            )
     return table
