@@ -28,7 +28,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keys import dataset_key
 from knowledgeops.ingest.index.pgvector import PgVectorIndex
 from knowledgeops.ingest.index.sqlite import SqliteIndex
+from knowledgeops.jobs.priority import lower_priority
 from knowledgeops.lab.bench.endtoend import percentile
 from knowledgeops.lab.bench.memory import rss_mb
 from knowledgeops.lab.bench.passages import Passages, faq_pages
@@ -480,9 +481,9 @@ def _measure_embedded(
             index, dataset_ids[0], questions
         )
     if index.graphs.ready(dataset_key(dataset_ids[0])):
-        figures.settings["ingestion"] = _ingestion(
-            index, db, passages, dataset_ids[0], figures.chunks
-        )
+        figures.settings["ingestion"] = _Ingestion(
+            index, db, passages, dataset_ids[0], figures.chunks, questions
+        ).measure()
         figures.settings["maintenance"] = _maintenance(index, db, passages, dataset_ids[0])
 
 
@@ -593,97 +594,151 @@ def _chunk_cut() -> Callable[[str], str]:
     return cut
 
 
-INGEST_ROUNDS = 3  # each: a run with the index kept beside it and one without, in turn
+INGEST_ROUNDS = 3  # each: a run in every mode, the modes in turn
 INGEST_DOCUMENTS_MAX = 5  # documents of CHUNKS_PER_DOCUMENT per run (fewer below 1M chunks)
+INGEST_SEARCHES_PER_S = 2.0  # vector searches of the dataset while a run ingests
+NOT_KEPT, KEPT = "not kept", "kept"
+INGEST_MODES = (KEPT, NOT_KEPT)
 
 
-def _ingestion(
-    index: SqliteIndex, db: Database, passages: Passages, dataset_id: str, chunks: int
-) -> dict[str, Any]:
+class _Ingestion:
     """What keeping the index costs ingestion, measured as throughput: chunks embedded by the
     real model in the pipeline's batches and written a document per transaction as a job
-    writes them, into the large dataset, while the graphs' and the keyword index's threads take
-    them in as the service runs them (kept), and with those threads stopped (not kept: the log
-    holds the chunks, taken in untimed before the next run). The runs alternate, each round in
-    the other order; the share is the median throughput lost. Parsing, chunking and the job's
-    own bookkeeping are left out: they would only add to the time the upkeep is a share of.
+    writes them, into the large dataset, by a thread at the workers' priority
+    (`worker_nice`, as the service runs its workers and model), while the graphs' and the
+    keyword index's threads take them in (kept; started from this thread, at the API's
+    priority, as a search starts them in the service) or stand stopped (not kept: the log holds
+    the chunks, taken in untimed before the next run). The modes alternate, each round in the
+    other order; the share is the median throughput lost. Parsing, chunking and the job's
+    bookkeeping are left out: they would only add to the time the upkeep is a share of.
+    Meanwhile this thread searches the dataset's vectors a few times a second: what a search
+    meets while documents arrive.
 
     The vectors written are the corpus's own (the graph's work is that of a dataset of its
     kind); the model embeds the same chunks for its real cost. A graph snapshot (due every
     graphs.SNAPSHOT_INTERVAL_S while changes arrive) is timed apart, before the runs, and
     given as the share of the machine it takes at that interval."""
-    key = dataset_key(dataset_id)
-    keywords_kept = index.keywords.ready
-    model = LocalMiniLM()
-    model.load()
-    cut = _chunk_cut()
-    per_run = max(1, min(INGEST_DOCUMENTS_MAX, chunks // 200_000))
-    runs = [kept for n in range(INGEST_ROUNDS) for kept in ((True, False), (False, True))[n % 2]]
-    made: list[str] = []
 
-    def keep(on: bool) -> None:
-        """Start the index's threads and wait until they hold the whole log."""
-        index.graphs.want(key)
-        if keywords_kept:
-            index.keywords.want()
-        words = index.keywords.caught_up(timeout=600) if keywords_kept else True
-        if not (index.graphs.caught_up(timeout=600) and words):
-            raise RuntimeError("the index did not catch up with the log within 600 s")
+    def __init__(
+        self,
+        index: SqliteIndex,
+        db: Database,
+        passages: Passages,
+        dataset_id: str,
+        chunks: int,
+        questions: Sequence[str],
+    ) -> None:
+        self.index, self.db, self.passages, self.dataset_id = index, db, passages, dataset_id
+        self.key = dataset_key(dataset_id)
+        self.keywords = index.keywords.ready
+        self.per_run = max(1, min(INGEST_DOCUMENTS_MAX, chunks // 200_000))
+        self.worker_nice = Settings().worker_nice
+        self.pool = ThreadPoolExecutor(1, initializer=lower_priority, initargs=(self.worker_nice,))
+        self.model = LocalMiniLM()
+        self.pool.submit(self.model.load).result()  # its compute threads start in the pool's
+        self.cut = _chunk_cut()
+        embedder = HashingEmbedder(DIMENSION)
+        self.vectors = [embedder.vector(q) for q in questions]
+        self.made: list[str] = []
 
-    def write_document(document_id: str, texts: list[str], part: list[IndexedChunk]) -> None:
-        """A job's work on a document once parsed and chunked: embed, then one transaction."""
-        for start in range(0, len(texts), MODEL_BATCH):
-            model.embed(texts[start : start + MODEL_BATCH])
-        with db.write() as tx:
-            _document(tx, document_id, dataset_id, 1, shelf=1)
-            index.upsert(tx, part)
-            index.activate(tx, document_id, 1)
-        made.append(document_id)
+    def measure(self) -> dict[str, Any]:
+        self._keep()
+        self.index.graphs.stop()
+        graph = self.index.graphs._graphs[self.key]
+        snapshot_s, snapshot_cpu_s = _timed_snapshot(self.index, self.key)
+        snapshot = graph.snapshot
+        rates: dict[str, list[float]] = {mode: [] for mode in INGEST_MODES}
+        searches: dict[str, list[float]] = {mode: [] for mode in INGEST_MODES}
+        behind: dict[str, int] = dict.fromkeys(INGEST_MODES, 0)
+        n = 0
+        for round_ in range(INGEST_ROUNDS):
+            for mode in INGEST_MODES[:: 1 - 2 * (round_ % 2)]:
+                rate, took = self._run(mode, n)
+                n += 1
+                rates[mode].append(rate)
+                searches[mode].extend(took)
+                behind[mode] = max(behind[mode], _graph_behind(self.index, self.db, self.key))
+        self._keep()
+        self.pool.shutdown()
+        with self.db.write() as tx:  # a kept database holds the corpus alone again
+            for document_id in self.made:
+                self.index.delete_document(tx, document_id)
+                tx.execute(documents.delete().where(documents.c.id == document_id))
+        plain = statistics.median(rates[NOT_KEPT])
+        return {
+            "chunks_per_run": self.per_run * CHUNKS_PER_DOCUMENT,
+            "rounds": INGEST_ROUNDS,
+            "worker_nice": self.worker_nice,
+            "chunks_per_s": {mode: [round(r, 2) for r in rates[mode]] for mode in INGEST_MODES},
+            "throughput_lost_pct": round(100 * (1 - statistics.median(rates[KEPT]) / plain), 2),
+            "search_ms_while_ingesting": {
+                mode: {
+                    "p50": round(percentile(took, 50), 2),
+                    "p95": round(percentile(took, 95), 2),
+                    "max": round(max(took, default=0.0), 2),
+                    "searches": len(took),
+                }
+                for mode, took in searches.items()
+            },
+            # log rows of the dataset its graph had not taken in when a run ended
+            "graph_behind_at_end_max": behind,
+            "snapshot_during_runs": graph.snapshot != snapshot,  # one more than timed apart
+            "snapshot_s": round(snapshot_s, 3),
+            "snapshot_cpu_s": round(snapshot_cpu_s, 3),
+            "snapshot_share_pct": round(
+                100 * snapshot_cpu_s / (graphs.SNAPSHOT_INTERVAL_S * self.model.threads), 2
+            ),
+        }
 
-    keep(True)
-    index.graphs.stop()
-    graph = index.graphs._graphs[key]
-    snapshot_s, snapshot_cpu_s = _timed_snapshot(index, key)
-    snapshot = graph.snapshot
-    rates: dict[bool, list[float]] = {True: [], False: []}
-    behind: list[int] = []
-    for n, kept in enumerate(runs):
-        run = [_ingest_document(passages, cut, dataset_id, n, d) for d in range(1 + per_run)]
-        keep(True)
+    def _run(self, mode: str, n: int) -> tuple[float, list[float]]:
+        """One run: its chunks per second, and the searches' milliseconds meanwhile."""
+        run = [
+            _ingest_document(self.passages, self.cut, self.dataset_id, n, d)
+            for d in range(1 + self.per_run)
+        ]
+        self._keep()
         # the run's first document is written before the clock starts, the index kept: its
         # upkeep falls inside the timed run as the last one's falls after it (a steady state)
-        write_document(*run[0])
-        if not kept:
-            index.graphs.stop()
-            index.keywords.close()
+        self.pool.submit(self._write, run[:1]).result()
+        if mode == NOT_KEPT:
+            self._stop()
+        ingesting = self.pool.submit(self._write, run[1:])
+        took: list[float] = []
+        while not ingesting.done():
+            began = time.perf_counter()
+            self.index.search_vector(
+                self.dataset_id, self.vectors[len(took) % len(self.vectors)], TOP_K
+            )
+            took.append((time.perf_counter() - began) * 1000)
+            wait([ingesting], timeout=max(0.0, 1 / INGEST_SEARCHES_PER_S - took[-1] / 1000))
+        return self.per_run * CHUNKS_PER_DOCUMENT / ingesting.result(), took
+
+    def _write(self, run: Sequence[tuple[str, list[str], list[IndexedChunk]]]) -> float:
+        """A job's work on each document once parsed and chunked: embed, then one
+        transaction. In the pool's thread; the seconds it took."""
         began = time.perf_counter()
-        for document in run[1:]:
-            write_document(*document)
-        took = time.perf_counter() - began
-        rates[kept].append(per_run * CHUNKS_PER_DOCUMENT / took)
-        if kept:
-            behind.append(_graph_behind(index, db, key))
-    keep(True)
-    with db.write() as tx:  # a kept database holds the corpus alone again
-        for document_id in made:
-            index.delete_document(tx, document_id)
-            tx.execute(documents.delete().where(documents.c.id == document_id))
-    kept_rate, plain_rate = statistics.median(rates[True]), statistics.median(rates[False])
-    return {
-        "chunks_per_run": per_run * CHUNKS_PER_DOCUMENT,
-        "runs_per_mode": INGEST_ROUNDS,
-        "chunks_per_s_kept": [round(rate, 2) for rate in rates[True]],
-        "chunks_per_s_not_kept": [round(rate, 2) for rate in rates[False]],
-        "throughput_lost_pct": round(100 * (1 - kept_rate / plain_rate), 2),
-        # log rows of the dataset the graph had not taken in when a kept run ended
-        "graph_behind_at_end_max": max(behind),
-        "snapshot_during_runs": graph.snapshot != snapshot,  # one more than timed apart
-        "snapshot_s": round(snapshot_s, 3),
-        "snapshot_cpu_s": round(snapshot_cpu_s, 3),
-        "snapshot_share_pct": round(
-            100 * snapshot_cpu_s / (graphs.SNAPSHOT_INTERVAL_S * model.threads), 2
-        ),
-    }
+        for document_id, texts, part in run:
+            for start in range(0, len(texts), MODEL_BATCH):
+                self.model.embed(texts[start : start + MODEL_BATCH])
+            with self.db.write() as tx:
+                _document(tx, document_id, self.dataset_id, 1, shelf=1)
+                self.index.upsert(tx, part)
+                self.index.activate(tx, document_id, 1)
+            self.made.append(document_id)
+        return time.perf_counter() - began
+
+    def _keep(self) -> None:
+        """Start the index's threads and wait until they hold the whole log."""
+        self.index.graphs.want(self.key)
+        if self.keywords:
+            self.index.keywords.want()
+        words = self.index.keywords.caught_up(timeout=600) if self.keywords else True
+        if not (self.index.graphs.caught_up(timeout=600) and words):
+            raise RuntimeError("the index did not catch up with the log within 600 s")
+
+    def _stop(self) -> None:
+        self.index.graphs.stop()
+        self.index.keywords.close()
 
 
 def _timed_snapshot(index: SqliteIndex, key: int) -> tuple[float, float]:
@@ -1224,14 +1279,13 @@ def render(figures: Sequence[SearchFigures]) -> Any:
         )
         ingestion = f.settings.get("ingestion")
         if ingestion:
-            kept = statistics.median(ingestion["chunks_per_s_kept"])
-            plain = statistics.median(ingestion["chunks_per_s_not_kept"])
+            rates = {mode: statistics.median(r) for mode, r in ingestion["chunks_per_s"].items()}
             table.add_row(
                 f.topology,
                 str(f.chunks),
-                f"ingestion {kept:.1f} chunks/s with the index kept, {plain:.1f} without: "
-                f"{ingestion['throughput_lost_pct']:g}% lost (+ snapshots "
-                f"{ingestion['snapshot_share_pct']:g}%)",
+                f"ingestion {rates[KEPT]:.1f} chunks/s with the index kept, "
+                f"{rates[NOT_KEPT]:.1f} without: {ingestion['throughput_lost_pct']:g}% lost "
+                f"(snapshots {ingestion['snapshot_share_pct']:g}% more)",
                 "",
                 "",
                 "",
