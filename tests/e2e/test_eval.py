@@ -92,12 +92,11 @@ def test_bench_search_measures_both_topologies_at_a_given_number_of_chunks(
     # threads taking the chunks in and with them stopped, in turn, searches timed meanwhile;
     # the documents are gone after (the kept database's test below counts its rows)
     ingestion = embedded["settings"]["ingestion"]
-    modes = {"kept", "not kept"}
-    assert set(ingestion["chunks_per_s"]) == set(ingestion["search_ms_while_ingesting"]) == modes
+    assert set(ingestion["chunks_per_s"]) == {"kept", "not kept"}
     assert all(len(rates) == 3 for rates in ingestion["chunks_per_s"].values())
     assert all(rate > 0 for rates in ingestion["chunks_per_s"].values() for rate in rates)
     assert -100 < ingestion["throughput_lost_pct"] < 100
-    assert all(s["searches"] > 0 for s in ingestion["search_ms_while_ingesting"].values())
+    assert ingestion["search_ms_while_ingesting"]["searches"] > 0
     assert ingestion["worker_nice"] == 10
     assert ingestion["snapshot_s"] > 0
     # what a search's counts cost when they cannot be kept, per dataset and filter

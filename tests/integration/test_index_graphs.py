@@ -294,6 +294,102 @@ def test_a_snapshot_is_loaded_and_caught_up_not_rebuilt(setup) -> None:
     assert left == 0
 
 
+def test_an_int8_graph_holds_each_vector_scaled_to_its_largest_component() -> None:
+    """Cosine ignores a vector's scale, so each is scaled to fill int8 before it is rounded,
+    and the nearest by the graph's vectors are the nearest by the floats. usearch's own cast (a
+    unit vector times 127) leaves the components of a dense vector of 384 dimensions a few
+    steps wide: a tenth of the nearest ten change."""
+    rng = np.random.default_rng(5)
+    centres = rng.standard_normal((20, 384))
+    vectors = centres[rng.integers(0, 20, 3000)] + 1.2 * rng.standard_normal((3000, 384))
+    vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+    held = graphs.quantize(vectors)
+    assert held.dtype == np.int8
+    assert (np.abs(held.astype(int)).max(axis=1) == 127).all()
+    assert not graphs.quantize(np.zeros((2, 8), dtype=np.float32)).any()  # zero stays zero
+    cast = graphs.Index(ndim=384, metric="cos", dtype=graphs.GRAPH_DTYPE)
+    cast.add(np.arange(len(vectors)), vectors)  # floats into an int8 graph: usearch's cast
+
+    def nearest(rows: np.ndarray) -> list[set[int]]:
+        unit = rows.astype(np.float64)
+        unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+        best = np.argsort(-(unit[:100] @ unit.T), axis=1)[:, 1:11]
+        return [set(row.tolist()) for row in best]
+
+    truth = nearest(vectors)
+
+    def kept(rows: np.ndarray) -> float:
+        return float(np.mean([len(a & b) / 10 for a, b in zip(nearest(rows), truth, strict=True)]))
+
+    assert kept(held) >= 0.97  # 0.987 here
+    assert kept(np.stack(cast.get(np.arange(len(vectors))))) < 0.93  # 0.889
+
+
+def test_a_graph_holds_its_chunks_as_quantize_makes_them(setup) -> None:
+    """Built from the database or taken in from the log, a chunk's vector in the graph is
+    `quantize`'s int8 of the vector the database holds."""
+    index, dataset = setup
+    with index.db.write() as conn:
+        document, later = insert_document(conn, dataset), insert_document(conn, dataset)
+    write(index, dataset, document, 1, texts(31, 100))
+    built(index, dataset)
+    write(index, dataset, later, 1, texts(32, 20))
+    assert index.graphs.caught_up(timeout=30)
+    graph = index.graphs._graphs[dataset_key(dataset)]
+    assert str(graph.index.dtype) == "ScalarKind.I8"
+    with index.db.read() as conn:
+        rows = conn.exec_driver_sql(f"SELECT seq, embedding FROM {index.rows}").all()
+    assert len(rows) == 120
+    for seq, blob in rows:
+        want = graphs.quantize(np.frombuffer(blob, dtype=np.float32))
+        assert np.array_equal(np.asarray(graph.index.get(seq)), want)
+
+
+def test_a_snapshot_an_earlier_version_made_in_bfloat16_is_still_searched(setup) -> None:
+    """Graphs are int8 now; a bfloat16 snapshot of an earlier version loads, is searched and
+    takes chunks in with the floats (usearch casts them), not with int8 vectors."""
+    index, dataset = setup
+    with index.db.write() as conn:
+        document, later = insert_document(conn, dataset), insert_document(conn, dataset)
+    write(index, dataset, document, 1, texts(21, 200))
+    built(index, dataset)
+    key = dataset_key(dataset)
+    index.close()  # the snapshot, in int8: made again in bfloat16 under the same name
+    with index.db.read() as conn:
+        (name,) = conn.exec_driver_sql(
+            f"SELECT file FROM {index.graphs.snapshots} WHERE dataset_key = ?", (key,)
+        ).one()
+        rows = conn.exec_driver_sql(
+            f"SELECT rowid, embedding FROM {index.vec} WHERE dataset_key = ?", (key,)
+        ).all()
+    old = graphs.Index(ndim=EMBED.dimension, metric="cos", dtype="bf16", connectivity=32)
+    old.add(
+        np.array([r[0] for r in rows], dtype=np.uint64),
+        np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1),
+    )
+    old.save(str(graph_folder(index.db) / name))
+    write(index, dataset, later, 1, texts(22, 40))  # taken in by the loaded graph
+    again = make(index.db)
+    built(again, dataset)
+    assert again.graphs.builds == 0
+    graph = again.graphs._graphs[key]
+    assert str(graph.index.dtype) == "ScalarKind.BF16"
+    assert again.graphs.size(key) == 240
+    with again.db.read() as conn:  # the later chunks went in as floats, not int8 steps
+        taken = conn.exec_driver_sql(
+            f"SELECT v.seq, v.embedding FROM {again.rows} v JOIN chunks c ON c.seq = v.seq "
+            "WHERE c.document_id = ?",
+            (later,),
+        ).all()
+    assert len(taken) == 40
+    for seq, blob in taken:
+        held = np.asarray(graph.index.get(seq), dtype=np.float32)
+        assert np.allclose(held, np.frombuffer(blob, dtype=np.float32), atol=0.01)
+    for query in texts(23, 10) + texts(22, 10):
+        assert found(again, dataset, query) == exact(again, dataset, query)
+    again.close()
+
+
 @pytest.mark.parametrize("damage", ["truncated", "missing", "garbage"])
 def test_a_damaged_snapshot_is_rebuilt_from_the_database(setup, damage: str) -> None:
     index, dataset = setup
