@@ -85,6 +85,23 @@ def found(index: SqliteIndex, dataset: str, query: str, k: int = 5) -> list[str]
     return [h.chunk_id for h in index.search_vector(dataset, EMBED.vector(query), k)]
 
 
+def as_exact(index: SqliteIndex, dataset: str, query: str, k: int = 5) -> None:
+    """The search's k best are exact's: the same scores, and chunks among those that score
+    as high (this bench's vectors of 12 words in 32 dimensions tie often, and a tie's order
+    rests on the last bit of whichever float arithmetic scored it)."""
+    vector = EMBED.vector(query)
+    hits = index.search_vector(dataset, vector, k)
+    with index.db.read() as conn:
+        best = index._exact(conn, dataset, vector, k, None)
+        last = best[-1].score
+        tied = {h.chunk_id for h in index._exact(conn, dataset, vector, 4 * k, None)}
+    assert [round(h.score, 5) for h in hits] == [round(h.score, 5) for h in best]
+    assert all(h.chunk_id in tied for h in hits if h.score <= last + 1e-6)
+    assert [h.chunk_id for h in hits if h.score > last + 1e-6] == [
+        h.chunk_id for h in best if h.score > last + 1e-6
+    ]
+
+
 def built(index: SqliteIndex, dataset: str) -> None:
     index.graphs.want(dataset_key(dataset))
     assert index.graphs.caught_up(timeout=30)
@@ -107,7 +124,7 @@ def test_a_graph_search_equals_exact_on_a_small_dataset(setup) -> None:
     built(index, dataset)
     assert index.graphs.size(dataset_key(dataset)) == 300
     for query in texts(2, 20):
-        assert found(index, dataset, query) == exact(index, dataset, query)
+        as_exact(index, dataset, query)
 
 
 def test_a_fused_lists_short_walk_leaves_the_vector_searchs_walk_as_it_was(
@@ -126,7 +143,7 @@ def test_a_fused_lists_short_walk_leaves_the_vector_searchs_walk_as_it_was(
         fused = index.search_vector(dataset, EMBED.vector(query), 5, fused=True)
         assert len(fused) == 5
         assert {h.chunk_id for h in fused} <= live
-        assert found(index, dataset, query) == exact(index, dataset, query)
+        as_exact(index, dataset, query)
     graph = index.graphs._graphs[dataset_key(dataset)]
     assert graph.index.expansion_search == graphs.EXPANSION_SEARCH
 
@@ -287,7 +304,7 @@ def test_a_snapshot_is_loaded_and_caught_up_not_rebuilt(setup) -> None:
     assert again.graphs._graphs[key].index.expansion_add == graphs.EXPANSION_GROW
     assert again.graphs.size(dataset_key(dataset)) == 230
     for query in texts(9, 10):
-        assert found(again, dataset, query) == exact(again, dataset, query)
+        as_exact(again, dataset, query)
     again.close()
     with again.db.read() as conn:  # the snapshot holds the log: its rows are pruned
         left = conn.exec_driver_sql(f"SELECT count(*) FROM {again.log}").scalar()
@@ -386,7 +403,7 @@ def test_a_snapshot_an_earlier_version_made_in_bfloat16_is_still_searched(setup)
         held = np.asarray(graph.index.get(seq), dtype=np.float32)
         assert np.allclose(held, np.frombuffer(blob, dtype=np.float32), atol=0.01)
     for query in texts(23, 10) + texts(22, 10):
-        assert found(again, dataset, query) == exact(again, dataset, query)
+        as_exact(again, dataset, query)
     again.close()
 
 
@@ -414,7 +431,7 @@ def test_a_damaged_snapshot_is_rebuilt_from_the_database(setup, damage: str) -> 
     assert again.graphs.size(dataset_key(dataset)) == 150
     assert not (folder / f".{snapshot.name}.tmp").exists()
     for query in texts(12, 10):
-        assert found(again, dataset, query) == exact(again, dataset, query)
+        as_exact(again, dataset, query)
     again.close()
 
 
@@ -474,7 +491,7 @@ def test_kill_9_while_snapshots_are_written_loses_nothing(setup, tmp_path: Path)
     assert active >= 8 * 40
     assert again.graphs.size(dataset_key(dataset)) == active
     for query in texts(13, 15):
-        assert found(again, dataset, query) == exact(again, dataset, query)
+        as_exact(again, dataset, query)
     again.close()
 
 
