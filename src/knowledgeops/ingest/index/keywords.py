@@ -89,7 +89,7 @@ table, so an index made of other terms has no state row and is rebuilt."""
 
 
 SEGMENT_CACHED_MAX = 64  # characters of a piece between spaces whose terms are kept …
-SEGMENT_CACHE = 32_768  # … in so many pieces at most (a few MB)
+SEGMENT_CACHE = 32_768  # … in so many pieces at most (about 10 MB full)
 
 
 def tokens(text: str) -> list[str]:

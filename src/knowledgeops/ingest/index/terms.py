@@ -63,7 +63,7 @@ def _run_terms(run: str, *, japanese: bool) -> Iterator[str]:
 
 
 RUN_CACHED_MAX = 32  # characters of a CJK run whose cut is kept (a corpus repeats its words) …
-RUN_CACHE = 16_384  # … in so many runs at most (a few MB)
+RUN_CACHE = 16_384  # … in so many runs at most (about 5 MB full)
 
 
 @functools.lru_cache(maxsize=RUN_CACHE)

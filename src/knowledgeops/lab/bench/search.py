@@ -595,7 +595,9 @@ def _chunk_cut() -> Callable[[str], str]:
 
 
 INGEST_ROUNDS = 3  # each: a run in every mode, the modes in turn
-INGEST_DOCUMENTS_MAX = 5  # documents of CHUNKS_PER_DOCUMENT per run (fewer below 1M chunks)
+INGEST_DOCUMENTS_MAX = 5  # documents of CHUNKS_PER_DOCUMENT per run (fewer below 1M chunks);
+# the runs log ~3,600 rows, under graphs.PRUNE_AFTER_ROWS, past which a write would start the
+# graphs' thread again in a run without it
 INGEST_SEARCHES_PER_S = 2.0  # vector searches of the dataset while a run ingests
 NOT_KEPT, KEPT = "not kept", "kept"
 INGEST_MODES = (KEPT, NOT_KEPT)
