@@ -25,6 +25,7 @@ database.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -32,12 +33,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from sqlalchemy import Connection
-from usearch.compiled import ScalarKind
 from usearch.index import Index
 
 from knowledgeops.db.engine import Database
@@ -51,10 +50,8 @@ EXPANSION_ADD = 256  # ef_construction of a build
 EXPANSION_GROW = 192  # ef_construction of the chunks the log adds to a built graph
 EXPANSION_SEARCH = 1024  # ef
 EXPANSION_FUSED = 512  # ef of a hybrid search's vector list (SqliteIndex.search_vector)
-# the graph's copy of the vectors: int8, each scaled to its largest component (quantize). At
-# 100,000 chunks against bfloat16 (docs/performance.md): the same recall, a chunk taken in for
-# 0.99 ms of one core against 1.55, a walk at ef 1024 in 5.1 ms against 9.5, 118 MB against 186
-GRAPH_DTYPE = "i8"
+# the graph's copy of the vectors (graph_dtype; i8 lost the order: recall 0.85 at 6k chunks)
+DTYPES = ("bf16", "f16")
 CANDIDATES_MIN = 40  # the graph's nearest asked for at least, then scored exactly
 CANDIDATES_PER_K = 4
 CANDIDATES_MAX = 4096
@@ -89,23 +86,18 @@ def create_tables(conn: Connection, vec: str) -> None:
     )
 
 
-def quantize(vectors: npt.ArrayLike) -> npt.NDArray[np.int8]:
-    """Vectors as an int8 graph holds them: each scaled so that its largest component is ±127,
-    then rounded. Cosine ignores the scale, so only the rounding is lost (at most half a step
-    in 127 of the largest component). usearch's own cast multiplies a unit vector by 127,
-    which leaves most components of a 384-dimension vector a few steps wide: the order of the
-    nearest was lost (recall 0.85 at 6,000 chunks)."""
-    floats = np.asarray(vectors, dtype=np.float32)
-    peak = np.abs(floats).max(axis=-1, keepdims=True)
-    peak[peak == 0.0] = 1.0  # a zero vector stays zero
-    held: npt.NDArray[np.int8] = np.rint(floats * (127.0 / peak)).astype(np.int8)
-    return held
-
-
-def _as_held(index: Index, vectors: npt.NDArray[np.float32]) -> npt.NDArray[Any]:
-    """`vectors` as `index` takes them: quantized for an int8 graph; a snapshot an earlier
-    version made in bfloat16 or float16 takes the floats (usearch casts them)."""
-    return quantize(vectors) if index.dtype == ScalarKind.I8 else vectors
+@functools.cache
+def graph_dtype() -> str:
+    """The graphs' vector type: bfloat16 where usearch has a kernel for it on this CPU (on one
+    with AVX-512 BF16 it multiplies bfloat16 natively: at 100,000 chunks a graph built in 88 s
+    against 154 for float16, a chunk taken in for 1.6 ms against 2.9, a walk at ef 1024 in
+    6.4 ms against 8.6, the same recall; docs/performance.md), else float16. Both keep two bytes
+    a dimension; a snapshot keeps the type it was built with."""
+    for dtype in DTYPES:
+        probe = Index(ndim=16, metric="cos", dtype=dtype)
+        if probe.hardware_acceleration != "serial":
+            return dtype
+    return DTYPES[-1]
 
 
 def candidates_for(k: int, share: float) -> int:
@@ -192,8 +184,7 @@ class Graphs:
         with graph.lock:
             index = graph.index
             index.expansion_search = breadth  # type: ignore[misc]
-            query = _as_held(index, np.asarray(vector, dtype=np.float32))
-            found = index.search(query, want, threads=1)
+            found = index.search(np.asarray(vector, dtype=np.float32), want, threads=1)
         seqs = [int(seq) for seq in np.asarray(found.keys)]
         seqs.extend(seq for seq, added in pending if added)
         return list(dict.fromkeys(seqs))
@@ -315,7 +306,7 @@ class Graphs:
         return Index(
             ndim=self.dimension,
             metric="cos",
-            dtype=GRAPH_DTYPE,
+            dtype=graph_dtype(),
             connectivity=CONNECTIVITY,
             expansion_add=EXPANSION_ADD,
             expansion_search=EXPANSION_SEARCH,
@@ -361,8 +352,7 @@ class Graphs:
                     break
                 keys = np.fromiter((row[0] for row in batch), dtype=np.uint64, count=len(batch))
                 vectors = np.frombuffer(b"".join(row[1] for row in batch), dtype=np.float32)
-                block = vectors.reshape(len(batch), self.dimension)
-                index.add(keys, _as_held(index, block), threads=threads)
+                index.add(keys, vectors.reshape(len(batch), self.dimension), threads=threads)
         self.builds += 1
         index.expansion_add = EXPANSION_GROW  # type: ignore[misc]
         graph = Graph(key, index, applied=int(top or 0), changes=len(index))
@@ -423,8 +413,7 @@ class Graphs:
                 held = graph.index.contains(keys)
                 if np.any(held):  # a seq logged twice, or reused: its row now is the truth
                     graph.index.remove(keys[held])
-                rows = block.reshape(len(part), self.dimension)
-                graph.index.add(keys, _as_held(graph.index, rows), threads=1)
+                graph.index.add(keys, block.reshape(len(part), self.dimension), threads=1)
                 graph.add_s = (time.perf_counter() - began) / len(part)
             start += len(part)
 

@@ -1140,7 +1140,7 @@ def _graph_settings() -> dict[str, Any]:
         "ef_grow": graphs.EXPANSION_GROW,
         "ef": graphs.EXPANSION_SEARCH,
         "ef_fused": graphs.EXPANSION_FUSED,
-        "dtype": graphs.GRAPH_DTYPE,
+        "dtype": graphs.graph_dtype(),
         "candidates_min": graphs.CANDIDATES_MIN,
     }
 
