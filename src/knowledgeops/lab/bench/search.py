@@ -613,8 +613,8 @@ class _Ingestion:
     the chunks, taken in untimed before the next run). The modes alternate, each round in the
     other order; the share is the median throughput lost. Parsing, chunking and the job's
     bookkeeping are left out: they would only add to the time the upkeep is a share of.
-    Meanwhile this thread searches the dataset's vectors a few times a second: what a search
-    meets while documents arrive.
+    One more kept run, not counted, has this thread search the dataset's vectors a few times a
+    second: what a search meets while documents arrive.
 
     The vectors written are the corpus's own (the graph's work is that of a dataset of its
     kind); the model embeds the same chunks for its real cost. A graph snapshot (due every
