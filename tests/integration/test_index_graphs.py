@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from usearch.index import Index
 
 from knowledgeops.db.engine import Database
 from knowledgeops.ingest.index import graphs
@@ -146,6 +147,68 @@ def test_a_fused_lists_short_walk_leaves_the_vector_searchs_walk_as_it_was(
         as_exact(index, dataset, query)
     graph = index.graphs._graphs[dataset_key(dataset)]
     assert graph.index.expansion_search == graphs.EXPANSION_SEARCH
+
+
+def reached(index: Index) -> set[int]:
+    """The keys a walk as broad as the graph reaches: every one when the graph is connected."""
+    index.expansion_search = max(graphs.EXPANSION_SEARCH, len(index))
+    probe = np.full(index.ndim, 1.0, dtype=np.float32)
+    return {int(key) for key in np.asarray(index.search(probe, len(index), threads=1).keys)}
+
+
+def test_a_graph_built_by_several_threads_reaches_every_vector_once_swept() -> None:
+    """usearch's add from several threads leaves nodes no walk reaches (about one build of
+    300 vectors in three, on 2 threads): relink_orphans adds them again, and then a walk as
+    broad as the graph finds every vector, in every one of 30 builds."""
+    rng = np.random.default_rng(3)
+    keys = np.arange(300, dtype=np.uint64)
+    for _ in range(30):
+        vectors = rng.standard_normal((300, 32)).astype(np.float32)
+        index = Index(ndim=32, metric="cos", dtype="f16", connectivity=graphs.CONNECTIVITY)
+        index.expansion_add = graphs.EXPANSION_ADD
+        index.add(keys, vectors, threads=2)
+        graphs.relink_orphans(index, threads=2)
+        assert reached(index) == set(range(300))
+        assert index.expansion_search == graphs.EXPANSION_SEARCH  # set back for the searches
+        found = index.search(vectors[:5], 1, threads=1)  # a vector added again is its own
+        assert np.asarray(found.keys)[:, 0].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_a_snapshot_saved_before_the_sweep_is_swept_when_loaded_and_saved_again(setup) -> None:
+    """A snapshot file without SNAPSHOT_SUFFIX was written by a version whose builds were not
+    swept: it loads (no rebuild), is swept, and is saved again under the new name."""
+    index, dataset = setup
+    with index.db.write() as conn:
+        document = insert_document(conn, dataset)
+    write(index, dataset, document, 1, texts(5, 200))
+    built(index, dataset)
+    index.close()
+    folder = graph_folder(index.db)
+    assert folder is not None
+    (snapshot,) = folder.iterdir()
+    assert snapshot.name.endswith(graphs.SNAPSHOT_SUFFIX)
+    older = snapshot.with_name(snapshot.name.replace(graphs.SNAPSHOT_SUFFIX, ".usearch"))
+    snapshot.rename(older)
+    with index.db.write() as tx:
+        tx.exec_driver_sql(f"UPDATE {index.graphs.snapshots} SET file = ?", (older.name,))
+    again = make(index.db)
+    swept: list[int] = []
+    sweep = graphs.relink_orphans
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(graphs, "relink_orphans", lambda *a, **k: swept.append(1) or sweep(*a, **k))
+        built(again, dataset)
+    assert again.graphs.builds == 0
+    assert swept == [1]
+    assert again.graphs.size(dataset_key(dataset)) == 200
+    for query in texts(6, 10):
+        as_exact(again, dataset, query)
+    assert again.graphs.caught_up(timeout=30)
+    deadline = time.monotonic() + 30
+    while older.exists() and time.monotonic() < deadline:  # saved again at once, then swept
+        time.sleep(0.05)
+    (saved,) = folder.iterdir()
+    assert saved.name.endswith(graphs.SNAPSHOT_SUFFIX)
+    again.close()
 
 
 def test_an_add_turn_is_sized_to_what_adding_took() -> None:

@@ -33,6 +33,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +65,12 @@ SNAPSHOT_INTERVAL_S = 300.0  # … or this long since it, with any change
 PRUNE_INTERVAL_S = 60.0
 PRUNE_AFTER_ROWS = 10_000  # log rows written that start a prune when no graph is kept
 POLL_S = 0.5
+# a build's sweep for the nodes no walk reaches (relink_orphans): each node is looked for with its
+# own vector by a walk this broad; one it misses is looked for again as a search walks
+ORPHAN_WALK = 8
+ORPHAN_ROUNDS = 3
+# a snapshot's file name ends in it: one without (written before the sweep) is swept when loaded
+SNAPSHOT_SUFFIX = ".linked.usearch"
 RESET = -1  # the seq of a log row that empties a dataset's graph (the dataset was deleted)
 
 
@@ -98,6 +105,63 @@ def graph_dtype() -> str:
         if probe.hardware_acceleration != "serial":
             return dtype
     return DTYPES[-1]
+
+
+def relink_orphans(index: Index, threads: int, stop: threading.Event | None = None) -> int:
+    """Add again, one thread alone, every node of the graph that no walk reaches; how many.
+
+    usearch's add from several threads (a build) leaves a few: a node whose lower level still
+    has no links can be taken by a concurrent insert as its only way in, and the link is pruned
+    later (usearch issue #735, open in 2.26). Measured on 2 threads: 2 to 12 of 300 vectors in
+    a third of the builds, 3 to 14 of 50,000; such a chunk is never a vector search's answer.
+    Each node is looked for with its own vector by a short walk (ORPHAN_WALK: a tenth of a
+    build's time); one it misses is looked for again by a search's walk, and one that walk
+    misses too is removed and added again by one thread, which links it as a serial build
+    does. The index must not be in use (a build, a load)."""
+    keys = np.asarray(index.keys, dtype=np.uint64)
+    if not len(keys):
+        return 0
+    suspects = _unfound(index, keys, ORPHAN_WALK, 1, threads, stop)
+    lost = _unfound(index, suspects, EXPANSION_SEARCH, 16, threads, stop)
+    relinked: set[int] = set()
+    for _ in range(ORPHAN_ROUNDS):
+        if not len(lost) or (stop is not None and stop.is_set()):
+            break
+        vectors = _stored(index, lost)
+        index.remove(lost)
+        index.expansion_add = EXPANSION_ADD  # type: ignore[misc]
+        index.add(lost, vectors, threads=1)
+        relinked.update(int(key) for key in lost)
+        lost = _unfound(index, lost, EXPANSION_SEARCH, 16, threads, stop)
+    index.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]
+    return len(relinked)
+
+
+def _unfound(
+    index: Index,
+    keys: npt.NDArray[np.uint64],
+    breadth: int,
+    k: int,
+    threads: int,
+    stop: threading.Event | None,
+) -> npt.NDArray[np.uint64]:
+    """The keys whose own vector's walk of `breadth` does not find them among its k nearest."""
+    index.expansion_search = breadth  # type: ignore[misc]
+    missed: list[npt.NDArray[np.uint64]] = []
+    for start in range(0, len(keys), READ_BATCH):
+        if stop is not None and stop.is_set():
+            break
+        part = keys[start : start + READ_BATCH]
+        vectors = _stored(index, part)
+        found = np.atleast_2d(np.asarray(index.search(vectors, k, threads=threads).keys))
+        missed.append(part[~(found == part[:, None]).any(axis=1)])
+    return np.concatenate(missed) if missed else keys[:0]
+
+
+def _stored(index: Index, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.float32]:
+    """The graph's own copies of the keys' vectors (all held), one row each, as float32."""
+    rows = cast("tuple[npt.NDArray[np.float32], ...]", index.get(keys, dtype="f32"))
+    return np.vstack(rows)
 
 
 def candidates_for(k: int, share: float) -> int:
@@ -153,6 +217,7 @@ class Graphs:
         self._pruned_at = 0.0
         self._logged = 0  # log rows written by this process since the last prune
         self.builds = 0  # graphs built from the database (not loaded): for tests and bench
+        self.relinked = 0  # nodes relink_orphans added again: for tests and bench
 
     # --- searches -------------------------------------------------------------------------------
     def nearest(
@@ -333,9 +398,13 @@ class Graphs:
         if index is None or index.ndim != self.dimension or len(index) != size:
             log.warning("the graph snapshot %s is not what was saved: rebuilding it", path)
             return None
+        graph = Graph(key, index, applied=int(log_id), snapshot=int(log_id))
+        if not name.endswith(SNAPSHOT_SUFFIX):  # saved before builds were swept: sweep it now
+            self.relinked += relink_orphans(index, os.cpu_count() or 1, self._stop)
+            graph.changes, graph.saved_at = max(graph.changes, 1), 0.0  # saved swept at once
         index.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]
         index.expansion_add = EXPANSION_GROW  # type: ignore[misc]
-        return Graph(key, index, applied=int(log_id), snapshot=int(log_id))
+        return graph
 
     def _build(self, key: int) -> Graph:
         """A graph of the dataset's active vectors as the database holds them now."""
@@ -353,6 +422,7 @@ class Graphs:
                 keys = np.fromiter((row[0] for row in batch), dtype=np.uint64, count=len(batch))
                 vectors = np.frombuffer(b"".join(row[1] for row in batch), dtype=np.float32)
                 index.add(keys, vectors.reshape(len(batch), self.dimension), threads=threads)
+        self.relinked += relink_orphans(index, threads, self._stop)
         self.builds += 1
         index.expansion_add = EXPANSION_GROW  # type: ignore[misc]
         graph = Graph(key, index, applied=int(top or 0), changes=len(index))
@@ -443,7 +513,7 @@ class Graphs:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         applied, size = graph.applied, len(graph.index)
-        name = f"{graph.key}-{applied}.usearch"
+        name = f"{graph.key}-{applied}{SNAPSHOT_SUFFIX}"
         temporary = self.folder / f".{name}.tmp"
         # only this thread changes the graph, so it holds still while it is written
         graph.index.save(str(temporary))
