@@ -211,6 +211,63 @@ def test_a_snapshot_saved_before_the_sweep_is_swept_when_loaded_and_saved_again(
     again.close()
 
 
+@pytest.mark.parametrize("snapshot", [False, True])
+def test_a_graph_stopped_before_it_is_whole_is_neither_kept_nor_saved(
+    setup, monkeypatch: pytest.MonkeyPatch, snapshot: bool
+) -> None:
+    """The index closed while a graph is built, or while an older snapshot is swept: the
+    half-made graph answers no search and is not saved (its snapshot row would claim the whole
+    log); the next start builds it, or loads and sweeps the older snapshot, again."""
+    index, dataset = setup
+    with index.db.write() as conn:
+        document = insert_document(conn, dataset)
+    write(index, dataset, document, 1, texts(13, 200))
+    key = dataset_key(dataset)
+    folder = graph_folder(index.db)
+    assert folder is not None
+    if snapshot:  # an older snapshot, saved before the sweep: loading it sweeps it
+        built(index, dataset)
+        index.close()
+        (saved,) = folder.iterdir()
+        older = saved.with_name(saved.name.replace(graphs.SNAPSHOT_SUFFIX, ".usearch"))
+        saved.rename(older)
+        with index.db.write() as tx:
+            tx.exec_driver_sql(f"UPDATE {index.graphs.snapshots} SET file = ?", (older.name,))
+        index = make(index.db)
+    sweep = graphs.relink_orphans
+
+    def closed_meanwhile(graph: Index, threads: int, stop: threading.Event) -> int:
+        stop.set()  # what close() does, arriving while the graph is swept
+        return sweep(graph, threads, stop)
+
+    monkeypatch.setattr(graphs, "relink_orphans", closed_meanwhile)
+    index.graphs.want(key)
+    deadline = time.monotonic() + 30
+    while index.graphs._thread is not None and index.graphs._thread.is_alive():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert not index.graphs.ready(key)
+    assert index.graphs.builds == 0
+    index.close()
+    files = sorted(path.name for path in folder.iterdir()) if folder.is_dir() else []
+    with index.db.read() as conn:
+        rows = conn.exec_driver_sql(f"SELECT file FROM {index.graphs.snapshots}").all()
+    if snapshot:  # the older snapshot is kept as it was, to be swept at the next start
+        assert files == [older.name]
+        assert [row[0] for row in rows] == [older.name]
+    else:
+        assert files == []
+        assert rows == []
+    monkeypatch.setattr(graphs, "relink_orphans", sweep)
+    again = make(index.db)
+    built(again, dataset)
+    assert again.graphs.builds == (0 if snapshot else 1)
+    assert again.graphs.size(key) == 200
+    for query in texts(14, 10):
+        as_exact(again, dataset, query)
+    again.close()
+
+
 def test_an_add_turn_is_sized_to_what_adding_took() -> None:
     """The graph thread holds a graph's lock for about APPLY_TURN_S per turn: one vector
     while the cost is unknown, then as many as that cost allows, at most APPLY_BATCH."""

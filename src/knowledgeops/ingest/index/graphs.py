@@ -354,7 +354,11 @@ class Graphs:
         for key in missing:
             if self._stop.is_set():
                 return
-            graph = self._load(key) or self._build(key)
+            graph = self._load(key)
+            if graph is None and not self._stop.is_set():
+                graph = self._build(key)
+            if graph is None:  # stopped on the way: nothing half made is kept, or saved
+                return
             with self._state:
                 self._graphs[key] = graph
         for graph in list(self._graphs.values()):
@@ -401,13 +405,16 @@ class Graphs:
         graph = Graph(key, index, applied=int(log_id), snapshot=int(log_id))
         if not name.endswith(SNAPSHOT_SUFFIX):  # saved before builds were swept: sweep it now
             self.relinked += relink_orphans(index, os.cpu_count() or 1, self._stop)
+            if self._stop.is_set():  # the sweep did not finish: the next start sweeps it
+                return None
             graph.changes, graph.saved_at = max(graph.changes, 1), 0.0  # saved swept at once
         index.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]
         index.expansion_add = EXPANSION_GROW  # type: ignore[misc]
         return graph
 
-    def _build(self, key: int) -> Graph:
-        """A graph of the dataset's active vectors as the database holds them now."""
+    def _build(self, key: int) -> Graph | None:
+        """A graph of the dataset's active vectors as the database holds them now; None when
+        the thread was stopped before it was whole (and swept)."""
         index = self._new_index()
         threads = os.cpu_count() or 1
         with self.db.read() as conn:
@@ -423,6 +430,8 @@ class Graphs:
                 vectors = np.frombuffer(b"".join(row[1] for row in batch), dtype=np.float32)
                 index.add(keys, vectors.reshape(len(batch), self.dimension), threads=threads)
         self.relinked += relink_orphans(index, threads, self._stop)
+        if self._stop.is_set():
+            return None
         self.builds += 1
         index.expansion_add = EXPANSION_GROW  # type: ignore[misc]
         graph = Graph(key, index, applied=int(top or 0), changes=len(index))
