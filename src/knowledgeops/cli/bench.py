@@ -303,6 +303,14 @@ def bench_search(
             "this comma-separated list (16:64,24:128) and sweep ef_search on each."
         ),
     ] = None,
+    ingest_rounds: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Embedded: the ingestion runs timed in each mode, the index kept and not "
+            "(3 if not given); more settle the share its upkeep costs.",
+        ),
+    ] = None,
     out: OutOption = None,
 ) -> None:
     """Search at CHUNKS chunks, per topology: p50/p95 of vector, keyword and hybrid search with
@@ -325,6 +333,7 @@ def bench_search(
             keep=keep,
             rebuild=rebuild,
             hnsw_builds=builds,
+            ingest_rounds=ingest_rounds or 0,
         )
     except ValueError as exc:
         raise fail(str(exc)) from None

@@ -407,10 +407,12 @@ def bench_embedded(
     keep: Path | None = None,
     *,
     rebuild: bool = True,
+    ingest_rounds: int = 0,
 ) -> SearchFigures:
     """With `keep`, the database stays in that folder, and a later run of as many chunks
     measures it again without writing it: its graphs and keyword index are built again and
-    timed, or, without `rebuild`, loaded as they were kept."""
+    timed, or, without `rebuild`, loaded as they were kept. `ingest_rounds`: the ingestion
+    runs in each mode (0: INGEST_ROUNDS)."""
     figures = SearchFigures("embedded", chunks, len(questions))
     folder = keep or Path(tempfile.mkdtemp(prefix="kops-bench-search-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -449,7 +451,9 @@ def bench_embedded(
             figures.settings["keyword_disk_mb"] = round(_folder_mb(folder / "kops.db.keywords"), 1)
         figures.disk_mb = round(_folder_mb(folder), 1)
         _measure(figures, index, corpus, dataset_ids, questions, HashingEmbedder(DIMENSION))
-        _measure_embedded(figures, index, db, corpus, passages, dataset_ids, questions)
+        _measure_embedded(
+            figures, index, db, corpus, passages, dataset_ids, questions, ingest_rounds
+        )
         index.close()
     finally:
         db.dispose()
@@ -466,6 +470,7 @@ def _measure_embedded(
     passages: Passages,
     dataset_ids: Sequence[str],
     questions: Sequence[str],
+    ingest_rounds: int = 0,
 ) -> None:
     """What only the embedded index has: the counts' cost, the keyword index against FTS5,
     the sweeps of the graphs' breadths, and the index's upkeep."""
@@ -482,7 +487,7 @@ def _measure_embedded(
         )
     if index.graphs.ready(dataset_key(dataset_ids[0])):
         figures.settings["ingestion"] = _Ingestion(
-            index, db, passages, dataset_ids[0], figures.chunks, questions
+            index, db, passages, dataset_ids[0], figures.chunks, questions, ingest_rounds
         ).measure()
         figures.settings["maintenance"] = _maintenance(index, db, passages, dataset_ids[0])
 
@@ -596,8 +601,9 @@ def _chunk_cut() -> Callable[[str], str]:
 
 INGEST_ROUNDS = 3  # each: a run in every mode, the modes in turn
 INGEST_DOCUMENTS_MAX = 5  # documents of CHUNKS_PER_DOCUMENT per run (fewer below 1M chunks);
-# the runs log ~3,600 rows, under graphs.PRUNE_AFTER_ROWS, past which a write would start the
-# graphs' thread again in a run without it
+# a run logs 600 rows at most, and the kept runs' thread prunes the log (and the count of rows
+# logged) every graphs.PRUNE_INTERVAL_S: under graphs.PRUNE_AFTER_ROWS, past which a write
+# would start the graphs' thread again in a run without it (counted: upkeep_in_not_kept_runs)
 INGEST_SEARCHES_PER_S = 2.0  # vector searches of the dataset while a run ingests
 NOT_KEPT, KEPT = "not kept", "kept"
 INGEST_MODES = (KEPT, NOT_KEPT)
@@ -629,8 +635,10 @@ class _Ingestion:
         dataset_id: str,
         chunks: int,
         questions: Sequence[str],
+        rounds: int = 0,
     ) -> None:
         self.index, self.db, self.passages, self.dataset_id = index, db, passages, dataset_id
+        self.rounds = rounds or INGEST_ROUNDS
         self.key = dataset_key(dataset_id)
         self.keywords = index.keywords.ready
         self.per_run = max(1, min(INGEST_DOCUMENTS_MAX, chunks // 200_000))
@@ -662,11 +670,14 @@ class _Ingestion:
         snapshot = graph.snapshot
         rates: dict[str, list[float]] = {mode: [] for mode in INGEST_MODES}
         behind = 0
+        started = 0
         n = 0
-        for round_ in range(INGEST_ROUNDS):
+        for round_ in range(self.rounds):
             for mode in INGEST_MODES[:: 1 - 2 * (round_ % 2)]:
                 rates[mode].append(self._run(mode, n, search=False)[0])
                 n += 1
+                if mode == NOT_KEPT and self.index.graphs._thread is not None:
+                    started += 1  # a prune started it: this run was not without upkeep
                 if mode == KEPT:
                     behind = max(behind, _graph_behind(self.index, self.db, self.key))
         snapshot_in_runs = graph.snapshot != snapshot
@@ -674,12 +685,13 @@ class _Ingestion:
         plain = statistics.median(rates[NOT_KEPT])
         return {
             "chunks_per_run": self.per_run * CHUNKS_PER_DOCUMENT,
-            "rounds": INGEST_ROUNDS,
+            "rounds": self.rounds,
             "worker_nice": self.worker_nice,
             "chunks_per_s": {mode: [round(r, 2) for r in rates[mode]] for mode in INGEST_MODES},
             "throughput_lost_pct": round(100 * (1 - statistics.median(rates[KEPT]) / plain), 2),
             # log rows of the dataset its graph had not taken in when a kept run ended
             "graph_behind_at_end_max": behind,
+            "upkeep_in_not_kept_runs": started,
             "snapshot_during_runs": snapshot_in_runs,  # one more than the one timed apart
             "snapshot_s": round(snapshot_s, 3),
             "snapshot_cpu_s": round(snapshot_cpu_s, 3),
@@ -1240,6 +1252,7 @@ def run_search_bench(
     keep: Path | None = None,
     rebuild: bool = True,
     hnsw_builds: Sequence[tuple[int, int]] = (),
+    ingest_rounds: int = 0,
 ) -> list[SearchFigures]:
     asked = _questions(root)
     picked = [asked[n % len(asked)] for n in range(0, len(asked), max(1, len(asked) // questions))]
@@ -1247,7 +1260,11 @@ def run_search_bench(
     out = []
     for topology in topologies:
         if topology == "embedded":
-            out.append(bench_embedded(root, chunks, picked, keep, rebuild=rebuild))
+            out.append(
+                bench_embedded(
+                    root, chunks, picked, keep, rebuild=rebuild, ingest_rounds=ingest_rounds
+                )
+            )
         else:
             out.append(bench_scaleout(root, chunks, picked, hnsw_builds))
     return out
