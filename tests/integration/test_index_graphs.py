@@ -157,9 +157,9 @@ def reached(index: Index) -> set[int]:
 
 
 def test_a_graph_built_by_several_threads_reaches_every_vector_once_swept() -> None:
-    """usearch's add from several threads leaves nodes no walk reaches (about one build of
-    300 vectors in three, on 2 threads): relink_orphans adds them again, and then a walk as
-    broad as the graph finds every vector, in every one of 30 builds."""
+    """usearch's add from several threads leaves nodes no walk reaches (in about three builds
+    of 300 float16 vectors in four, on 2 threads): relink_orphans adds them again, and then a
+    walk as broad as the graph finds every vector, in every one of 30 builds."""
     rng = np.random.default_rng(3)
     keys = np.arange(300, dtype=np.uint64)
     for _ in range(30):
@@ -172,6 +172,20 @@ def test_a_graph_built_by_several_threads_reaches_every_vector_once_swept() -> N
         assert index.expansion_search == graphs.EXPANSION_SEARCH  # set back for the searches
         found = index.search(vectors[:5], 1, threads=1)  # a vector added again is its own
         assert np.asarray(found.keys)[:, 0].tolist() == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("size", [1, 5, 300])
+def test_the_sweep_adds_nothing_again_in_a_graph_built_by_one_thread(size: int) -> None:
+    """One thread strands no vector (0 of 400 builds measured), so the sweep finds nothing to
+    add again: not 40 identical vectors, whose walks find their twins as near as themselves,
+    nor the vectors of a graph smaller than the walk's k."""
+    rng = np.random.default_rng(4)
+    vectors = rng.standard_normal((size, 32)).astype(np.float32)
+    vectors[: min(size, 40)] = vectors[0]  # one chunk's text, many times
+    index = Index(ndim=32, metric="cos", dtype=graphs.graph_dtype())
+    index.add(np.arange(size, dtype=np.uint64), vectors, threads=1)
+    assert graphs.relink_orphans(index, threads=2) == 0
+    assert reached(index) == set(range(size))
 
 
 def test_a_snapshot_saved_before_the_sweep_is_swept_when_loaded_and_saved_again(setup) -> None:

@@ -15,18 +15,19 @@ a chunk the graph still holds but the database dropped (a stale generation, a de
 cannot answer, and every score is the exact cosine. A graph that is missing (not built yet,
 being rebuilt) or too far behind answers nothing and the search is exact.
 
-Snapshots are written to a temporary file, flushed and renamed to `<dataset key>-<log id>.usearch`;
-only then does the database row in `<vector table>_snapshots` point to them, and the log rows the
-snapshot holds are pruned. A process killed while writing leaves at most a temporary file (swept
-at the next load) and the older snapshot, which is loaded and caught up from the log; a snapshot
-that does not load, or holds another number of vectors than its row says, is rebuilt from the
-database.
+Snapshots are written to a temporary file, flushed and renamed to `<dataset key>-<log
+id>.linked.usearch`; only then does the database row in `<vector table>_snapshots` point to
+them, and the log rows the snapshot holds are pruned. A process killed while writing leaves at
+most a temporary file (swept at the next load) and the older snapshot, which is loaded and
+caught up from the log; a snapshot that does not load, or holds another number of vectors than
+its row says, is rebuilt from the database.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import threading
 import time
@@ -68,7 +69,9 @@ POLL_S = 0.5
 # a build's sweep for the nodes no walk reaches (relink_orphans): each node is looked for with its
 # own vector by a walk this broad; one it misses is looked for again as a search walks
 ORPHAN_WALK = 8
+ORPHAN_K = 16  # … and with a search's walk, among its this many nearest
 ORPHAN_ROUNDS = 3
+TWIN_DISTANCE = 1e-5  # a vector's distance to itself in the graph's type is under 3e-7
 # a snapshot's file name ends in it: one without (written before the sweep) is swept when loaded
 SNAPSHOT_SUFFIX = ".linked.usearch"
 RESET = -1  # the seq of a log row that empties a dataset's graph (the dataset was deleted)
@@ -107,33 +110,54 @@ def graph_dtype() -> str:
     return DTYPES[-1]
 
 
-def relink_orphans(index: Index, threads: int, stop: threading.Event | None = None) -> int:
-    """Add again, one thread alone, every node of the graph that no walk reaches; how many.
+def relink_orphans(index: Index, threads: int, stop: threading.Event | None = None) -> int | None:
+    """Add again, one thread alone, every node of the graph that no walk reaches: how many;
+    None when `stop` was set before the sweep was done.
 
     usearch's add from several threads (a build) leaves a few: a node whose lower level still
     has no links can be taken by a concurrent insert as its only way in, and the link is pruned
-    later (usearch issue #735, open in 2.26). Measured on 2 threads: 2 to 12 of 300 vectors in
-    a third of the builds, 3 to 14 of 50,000; such a chunk is never a vector search's answer.
-    Each node is looked for with its own vector by a short walk (ORPHAN_WALK: a tenth of a
-    build's time); one it misses is looked for again by a search's walk, and one that walk
-    misses too is removed and added again by one thread, which links it as a serial build
-    does. The index must not be in use (a build, a load)."""
+    later (usearch issue #735, open in 2.26). Measured on 2 threads: some in 295 of 400 builds
+    of 300 vectors in float16 (56 of 400 in bfloat16), up to 12 in one; 3 to 14 of 50,000; such
+    a chunk is never a vector search's answer. Each node is looked for with its own vector by a
+    short walk (ORPHAN_WALK; the whole sweep took 4.8% of a build at 100,000 chunks); one it
+    misses is looked for again by a search's walk, and one that walk misses too is removed and
+    added again by one thread, which links it as a serial build does. A node whose walk finds
+    k vectors as near as its own (identical chunks) counts as found: any of them answers as
+    well. The index must not be in use (a build, a load)."""
+    try:
+        return _relink(index, threads, stop)
+    except _Stopped:
+        return None
+    finally:
+        index.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]
+
+
+class _Stopped(Exception):
+    """The graphs' thread was asked to stop during a sweep."""
+
+
+def _relink(index: Index, threads: int, stop: threading.Event | None) -> int:
     keys = np.asarray(index.keys, dtype=np.uint64)
     if not len(keys):
         return 0
     suspects = _unfound(index, keys, ORPHAN_WALK, 1, threads, stop)
-    lost = _unfound(index, suspects, EXPANSION_SEARCH, 16, threads, stop)
+    lost = _unfound(index, suspects, EXPANSION_SEARCH, ORPHAN_K, threads, stop)
     relinked: set[int] = set()
     for _ in range(ORPHAN_ROUNDS):
-        if not len(lost) or (stop is not None and stop.is_set()):
+        if not len(lost):
             break
         vectors = _stored(index, lost)
         index.remove(lost)
         index.expansion_add = EXPANSION_ADD  # type: ignore[misc]
         index.add(lost, vectors, threads=1)
         relinked.update(int(key) for key in lost)
-        lost = _unfound(index, lost, EXPANSION_SEARCH, 16, threads, stop)
-    index.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]
+        lost = _unfound(index, lost, EXPANSION_SEARCH, ORPHAN_K, threads, stop)
+    if len(lost):
+        log.warning(
+            "%d vectors of a graph stay out of every walk after %d rounds of adding them again",
+            len(lost),
+            ORPHAN_ROUNDS,
+        )
     return len(relinked)
 
 
@@ -145,16 +169,23 @@ def _unfound(
     threads: int,
     stop: threading.Event | None,
 ) -> npt.NDArray[np.uint64]:
-    """The keys whose own vector's walk of `breadth` does not find them among its k nearest."""
+    """The keys whose own vector's walk of `breadth` finds neither them among its k nearest
+    nor k vectors as near as their own."""
     index.expansion_search = breadth  # type: ignore[misc]
     missed: list[npt.NDArray[np.uint64]] = []
     for start in range(0, len(keys), READ_BATCH):
         if stop is not None and stop.is_set():
-            break
+            raise _Stopped
         part = keys[start : start + READ_BATCH]
-        vectors = _stored(index, part)
-        found = np.atleast_2d(np.asarray(index.search(vectors, k, threads=threads).keys))
-        missed.append(part[~(found == part[:, None]).any(axis=1)])
+        found = index.search(_stored(index, part), k, threads=threads)
+        held = np.atleast_2d(np.asarray(found.keys))
+        near = np.atleast_2d(np.asarray(found.distances))
+        # a batch's results say how many of each row's k were found; one row's are cut to them
+        counts = np.asarray(getattr(found, "counts", [held.shape[1]])).reshape(-1)
+        valid = np.arange(held.shape[1])[None, :] < counts[:, None]
+        itself = ((held == part[:, None]) & valid).any(axis=1)
+        twins = (counts >= k) & (near[:, -1] <= TWIN_DISTANCE) if held.shape[1] else itself
+        missed.append(part[~(itself | twins)])
     return np.concatenate(missed) if missed else keys[:0]
 
 
@@ -217,7 +248,7 @@ class Graphs:
         self._pruned_at = 0.0
         self._logged = 0  # log rows written by this process since the last prune
         self.builds = 0  # graphs built from the database (not loaded): for tests and bench
-        self.relinked = 0  # nodes relink_orphans added again: for tests and bench
+        self.relinked = 0  # vectors relink_orphans added again (the bench reports it)
 
     # --- searches -------------------------------------------------------------------------------
     def nearest(
@@ -404,10 +435,11 @@ class Graphs:
             return None
         graph = Graph(key, index, applied=int(log_id), snapshot=int(log_id))
         if not name.endswith(SNAPSHOT_SUFFIX):  # saved before builds were swept: sweep it now
-            self.relinked += relink_orphans(index, os.cpu_count() or 1, self._stop)
-            if self._stop.is_set():  # the sweep did not finish: the next start sweeps it
+            relinked = relink_orphans(index, os.cpu_count() or 1, self._stop)
+            if relinked is None:  # the sweep did not finish: the next start sweeps it
                 return None
-            graph.changes, graph.saved_at = max(graph.changes, 1), 0.0  # saved swept at once
+            self.relinked += relinked
+            graph.changes, graph.saved_at = max(graph.changes, 1), -math.inf  # saved at once
         index.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]
         index.expansion_add = EXPANSION_GROW  # type: ignore[misc]
         return graph
@@ -425,17 +457,18 @@ class Graphs:
             )
             while batch := rows.fetchmany(READ_BATCH):
                 if self._stop.is_set():
-                    break
+                    return None
                 keys = np.fromiter((row[0] for row in batch), dtype=np.uint64, count=len(batch))
                 vectors = np.frombuffer(b"".join(row[1] for row in batch), dtype=np.float32)
                 index.add(keys, vectors.reshape(len(batch), self.dimension), threads=threads)
-        self.relinked += relink_orphans(index, threads, self._stop)
-        if self._stop.is_set():
+        relinked = relink_orphans(index, threads, self._stop)
+        if relinked is None:
             return None
+        self.relinked += relinked
         self.builds += 1
         index.expansion_add = EXPANSION_GROW  # type: ignore[misc]
         graph = Graph(key, index, applied=int(top or 0), changes=len(index))
-        graph.saved_at = 0.0  # a fresh build is worth a snapshot at once
+        graph.saved_at = -math.inf  # a fresh build is worth a snapshot at once
         return graph
 
     def _catch_up(self, graph: Graph) -> bool:
