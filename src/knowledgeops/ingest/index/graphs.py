@@ -67,9 +67,9 @@ PRUNE_INTERVAL_S = 60.0
 PRUNE_AFTER_ROWS = 10_000  # log rows written that start a prune when no graph is kept
 POLL_S = 0.5
 # a build's sweep for the nodes no walk reaches (relink_orphans): each node is looked for with its
-# own vector by a walk this broad; one it misses is looked for again as a search walks
-ORPHAN_WALK = 8
-ORPHAN_K = 16  # … and with a search's walk, among its this many nearest
+# own vector by a walk of ORPHAN_WALKS' first breadth among its nearest k, one missed by the next
+# walk, and so on; the last is a search's walk (measured: docs/performance.md)
+ORPHAN_WALKS = ((8, 1), (64, 16), (EXPANSION_SEARCH, 16))
 ORPHAN_ROUNDS = 3
 TWIN_DISTANCE = 1e-5  # a vector's distance to itself in the graph's type is under 3e-7
 # a snapshot's file name ends in it: one without (written before the sweep) is swept when loaded
@@ -119,11 +119,10 @@ def relink_orphans(index: Index, threads: int, stop: threading.Event | None = No
     later (usearch issue #735, open in 2.26). Measured on 2 threads: some in 295 of 400 builds
     of 300 vectors in float16 (56 of 400 in bfloat16), up to 12 in one; 3 to 14 of 50,000; such
     a chunk is never a vector search's answer. Each node is looked for with its own vector by a
-    short walk (ORPHAN_WALK; the whole sweep took 4.8% of a build at 100,000 chunks); one it
-    misses is looked for again by a search's walk, and one that walk misses too is removed and
-    added again by one thread, which links it as a serial build does. A node whose walk finds
-    k vectors as near as its own (identical chunks) counts as found: any of them answers as
-    well. The index must not be in use (a build, a load)."""
+    short walk, one it misses by a broader one, and one a search's walk misses too is removed
+    and added again by one thread, which links it as a serial build does (ORPHAN_WALKS). A node
+    whose walk finds k vectors as near as its own (identical chunks) counts as found: any of
+    them answers as well. The index must not be in use (a build, a load)."""
     try:
         return _relink(index, threads, stop)
     except _Stopped:
@@ -137,11 +136,10 @@ class _Stopped(Exception):
 
 
 def _relink(index: Index, threads: int, stop: threading.Event | None) -> int:
-    keys = np.asarray(index.keys, dtype=np.uint64)
-    if not len(keys):
-        return 0
-    suspects = _unfound(index, keys, ORPHAN_WALK, 1, threads, stop)
-    lost = _unfound(index, suspects, EXPANSION_SEARCH, ORPHAN_K, threads, stop)
+    lost = np.asarray(index.keys, dtype=np.uint64)
+    for breadth, k in ORPHAN_WALKS:  # each walk broader than the last, for fewer keys
+        lost = _unfound(index, lost, breadth, k, threads, stop)
+    last, k = ORPHAN_WALKS[-1]
     relinked: set[int] = set()
     for _ in range(ORPHAN_ROUNDS):
         if not len(lost):
@@ -151,7 +149,7 @@ def _relink(index: Index, threads: int, stop: threading.Event | None) -> int:
         index.expansion_add = EXPANSION_ADD  # type: ignore[misc]
         index.add(lost, vectors, threads=1)
         relinked.update(int(key) for key in lost)
-        lost = _unfound(index, lost, EXPANSION_SEARCH, ORPHAN_K, threads, stop)
+        lost = _unfound(index, lost, last, k, threads, stop)
     if len(lost):
         log.warning(
             "%d vectors of a graph stay out of every walk after %d rounds of adding them again",
@@ -461,7 +459,8 @@ class Graphs:
                 keys = np.fromiter((row[0] for row in batch), dtype=np.uint64, count=len(batch))
                 vectors = np.frombuffer(b"".join(row[1] for row in batch), dtype=np.float32)
                 index.add(keys, vectors.reshape(len(batch), self.dimension), threads=threads)
-        relinked = relink_orphans(index, threads, self._stop)
+        # one thread strands nothing (0 of 400 builds measured): no sweep needed
+        relinked = relink_orphans(index, threads, self._stop) if threads > 1 else 0
         if relinked is None:
             return None
         self.relinked += relinked
