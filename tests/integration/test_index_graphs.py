@@ -108,6 +108,19 @@ def built(index: SqliteIndex, dataset: str) -> None:
     assert index.graphs.caught_up(timeout=30)
 
 
+def as_saved_before_the_sweep(index: SqliteIndex) -> Path:
+    """Rename the index's one snapshot as a version before the sweep named it: its path."""
+    folder = graph_folder(index.db)
+    assert folder is not None
+    (snapshot,) = folder.iterdir()
+    assert snapshot.name.endswith(graphs.SNAPSHOT_SUFFIX)
+    older = snapshot.with_name(snapshot.name.replace(graphs.SNAPSHOT_SUFFIX, ".usearch"))
+    snapshot.rename(older)
+    with index.db.write() as tx:
+        tx.exec_driver_sql(f"UPDATE {index.graphs.snapshots} SET file = ?", (older.name,))
+    return older
+
+
 @pytest.fixture
 def setup(sqlite_db: Database):
     index = make(sqlite_db)
@@ -199,12 +212,7 @@ def test_a_snapshot_saved_before_the_sweep_is_swept_when_loaded_and_saved_again(
     index.close()
     folder = graph_folder(index.db)
     assert folder is not None
-    (snapshot,) = folder.iterdir()
-    assert snapshot.name.endswith(graphs.SNAPSHOT_SUFFIX)
-    older = snapshot.with_name(snapshot.name.replace(graphs.SNAPSHOT_SUFFIX, ".usearch"))
-    snapshot.rename(older)
-    with index.db.write() as tx:
-        tx.exec_driver_sql(f"UPDATE {index.graphs.snapshots} SET file = ?", (older.name,))
+    older = as_saved_before_the_sweep(index)
     again = make(index.db)
     swept: list[int] = []
     sweep = graphs.relink_orphans
@@ -242,11 +250,7 @@ def test_a_graph_stopped_before_it_is_whole_is_neither_kept_nor_saved(
     if snapshot:  # an older snapshot, saved before the sweep: loading it sweeps it
         built(index, dataset)
         index.close()
-        (saved,) = folder.iterdir()
-        older = saved.with_name(saved.name.replace(graphs.SNAPSHOT_SUFFIX, ".usearch"))
-        saved.rename(older)
-        with index.db.write() as tx:
-            tx.exec_driver_sql(f"UPDATE {index.graphs.snapshots} SET file = ?", (older.name,))
+        older = as_saved_before_the_sweep(index)
         index = make(index.db)
     sweep = graphs.relink_orphans
 
