@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from knowledgeops.ingest.index.pgvector import FILTER_WIDEN_POWER
 from tests.e2e.conftest import run_kops
 
 pytestmark = [pytest.mark.e2e, pytest.mark.model]
@@ -112,6 +113,11 @@ def test_bench_search_measures_both_topologies_at_a_given_number_of_chunks(
         assert build["size_mb"] > 0
         assert set(build["ef_search"]) == {"100", "200", "400", "800"}
         assert all(0 < ef["recall"] <= 1 for ef in build["ef_search"].values())
+    # how far a filtered walk widens, each power with the filter that admits half the dataset
+    widen = figures["scale-out"]["settings"]["filter_widen_sweep"]
+    assert set(widen) == {"0/200", "0.5/282", "0.75/336", "1/400"}
+    assert all(0 < power["recall"] <= 1 and power["p95"] > 0 for power in widen.values())
+    assert figures["scale-out"]["settings"]["filter_widen_power"] == FILTER_WIDEN_POWER
     assert "kops bench search" in result.output  # the table
 
 

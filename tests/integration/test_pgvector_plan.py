@@ -5,6 +5,8 @@ PostgreSQL 16 with pgvector)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -137,10 +139,12 @@ def test_a_small_dataset_is_an_exact_scan_of_its_partition(shared) -> None:
 def test_a_filter_still_returns_top_k(shared) -> None:
     index, large, small = shared
     half = SearchFilter(metadata=(("half", (1,)),))
-    with index.db.read() as conn:  # half the dataset passes: the walk goes twice as wide
+    with index.db.read() as conn:  # half the dataset passes: the walk goes √2 times as wide
         ef = index.ef_search(conn, large, 10, half)
     assert ef is not None
-    assert ef == 2 * HNSW_EF_SEARCH
+    assert ef == int(HNSW_EF_SEARCH * math.sqrt(2))
+    with index.db.read() as conn:  # … and far enough that twice k of its rows pass
+        assert index.ef_search(conn, large, 150, half) == 600
     for dataset in (large, small):
         hits = index.search_vector(dataset, query(), 10, half)
         assert len(hits) == 10

@@ -889,14 +889,19 @@ def _sweep(
     corpus: Corpus,
     dataset_id: str,
     questions: Sequence[str],
-    breadths: Sequence[int],
-    apply: Callable[[int], None],
+    breadths: Sequence[Any],
+    apply: Callable[[Any], None],
+    where: SearchFilter | None = None,
 ) -> dict[str, dict[str, float]]:
     """Vector search of the large dataset at each walk breadth `apply` sets: p50, p95 and
-    recall@10 (how the breadth was chosen)."""
+    recall@10 (how the breadth was chosen), among the chunks `where` admits."""
     embedder = HashingEmbedder(DIMENSION)
     vectors = [embedder.vector(q) for q in questions]
-    rows = np.nonzero(corpus.dataset_of == 0)[0]
+    admitted = corpus.dataset_of == 0
+    if where is not None:
+        assert where == SHELF, "the bench knows which chunks SHELF admits, no other filter's"
+        admitted &= corpus.shelf_zero
+    rows = np.nonzero(admitted)[0]
     tenth: list[float] = []
     for start in range(0, len(vectors), 50):
         block = np.stack(vectors[start : start + 50]) @ corpus.vectors[rows].T
@@ -907,7 +912,7 @@ def _sweep(
         took, recall = [], []
         for q, vector in enumerate(vectors):
             began = time.perf_counter()
-            hits = index.search_vector(dataset_id, vector, TOP_K)
+            hits = index.search_vector(dataset_id, vector, TOP_K, where)
             took.append((time.perf_counter() - began) * 1000)
             recall.append(len([h for h in hits if h.score >= tenth[q] - 1e-5]) / TOP_K)
         out[str(breadth)] = {
@@ -1050,6 +1055,41 @@ def _pg_ef_sweep(
         return _sweep(index, corpus, dataset_id, questions, PG_EF_SWEEP, apply)
     finally:
         apply(chosen)
+
+
+PG_FILTER_WIDEN_SWEEP = (0.0, 0.5, 0.75, 1.0)  # FILTER_WIDEN_POWER tried with SHELF (half)
+
+
+def _pg_filter_sweep(
+    index: PgVectorIndex, corpus: Corpus, dataset_id: str, questions: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """How far a filtered walk must widen (pgvector 0.6 filters after it): vector search of
+    the large dataset with SHELF, which admits about half of it, at ef_search HNSW_EF_SEARCH
+    / share ** each power, recall@10 against the exact top 10 of the chunks it admits. Keyed
+    "<power>/<ef_search at a share of one half>"."""
+    chosen = pgvector.FILTER_WIDEN_POWER
+
+    def apply(power: float) -> None:
+        pgvector.FILTER_WIDEN_POWER = power
+
+    try:
+        found = _sweep(index, corpus, dataset_id, questions, PG_FILTER_WIDEN_SWEEP, apply, SHELF)
+    finally:
+        apply(chosen)
+    return {
+        f"{power:g}/{int(pgvector.HNSW_EF_SEARCH / 0.5**power)}": found[str(power)]
+        for power in PG_FILTER_WIDEN_SWEEP
+    }
+
+
+def _pg_breadth_sweeps(
+    index: PgVectorIndex, corpus: Corpus, dataset_id: str, questions: Sequence[str]
+) -> dict[str, dict[str, dict[str, float]]]:
+    """The walk's breadth swept, without a filter and with one (after the table)."""
+    return {
+        "ef_search_sweep": _pg_ef_sweep(index, corpus, dataset_id, questions),
+        "filter_widen_sweep": _pg_filter_sweep(index, corpus, dataset_id, questions),
+    }
 
 
 def _hnsw_sweep(
@@ -1225,12 +1265,13 @@ def bench_scaleout(
             "m": pgvector.HNSW_M,
             "ef_construction": pgvector.HNSW_EF_CONSTRUCTION,
             "ef_search": pgvector.HNSW_EF_SEARCH,
+            "filter_widen_power": pgvector.FILTER_WIDEN_POWER,
             "keyword_min_chunks": index.keyword_min_chunks,
         }
         if chunks >= index.keyword_min_chunks:
             _build_pg_keywords(figures, index, folder / "keywords")
         _measure(figures, index, corpus, dataset_ids, questions, HashingEmbedder(DIMENSION))
-        figures.settings["ef_search_sweep"] = _pg_ef_sweep(index, corpus, dataset_ids[0], questions)
+        figures.settings.update(_pg_breadth_sweeps(index, corpus, dataset_ids[0], questions))
         if index.keywords is not None and index.keywords.ready:
             _measure_pg_keywords(figures, db, index, dataset_ids, questions)
         if hnsw_builds:
