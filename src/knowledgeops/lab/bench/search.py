@@ -800,7 +800,7 @@ def _ingest_document(
 
 def _maintenance(
     index: SqliteIndex, db: Database, passages: Passages, dataset_id: str
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     """What keeping the graphs costs ingestion, at this size: the vector log's rows in each
     job's transaction (documents written with it and, to compare, without it), and the
     graph's work to take the new chunks in (the thread's time, one core)."""
@@ -828,6 +828,10 @@ def _maintenance(
     graph = index.graphs._graphs[key]
     index.graphs.close()  # the threads stop: the writes are timed alone
     index.keywords.close()
+    # and stay stopped: the rows logged so far are pruned now, so the writes below do not
+    # reach graphs.PRUNE_AFTER_ROWS, at which a write starts the graphs' thread for a prune
+    # (which would take the chunks in before they are timed: 0 ms, after a long ingestion)
+    index.graphs._prune()
     model_ms = _model_cpu_ms_per_chunk(passages)
     keep_log = index._log
     logged, plain = [], []
@@ -843,19 +847,7 @@ def _maintenance(
             index._log = keep_log  # type: ignore[method-assign]
         plain.append(took / count)
     logged_s, plain_s = statistics.median(logged), statistics.median(plain)
-    began_cpu = time.thread_time()
-    began = time.perf_counter()
-    while index.graphs._catch_up(graph):  # in this thread, to time it
-        pass
-    apply_s = time.perf_counter() - began
-    apply_cpu = time.thread_time() - began_cpu
-    per_chunk_ms = 1000 * apply_cpu / written
-    keyword_ms = None
-    if index.keywords.ready:  # its commits run in Tantivy's threads: the process's CPU
-        began_cpu = time.process_time()
-        while index.keywords._apply():
-            pass
-        keyword_ms = 1000 * (time.process_time() - began_cpu) / written
+    apply_s, per_chunk_ms, keyword_ms = _timed_apply(index, graph, written)
     rows_ms = _rows_cost(index, db, made)
     with db.write() as tx:  # a kept database holds the corpus alone again
         for document_id in made:
@@ -866,13 +858,16 @@ def _maintenance(
         "write_ms_per_chunk_with_log": round(1000 * logged_s, 3),
         "write_ms_per_chunk_without_log": round(1000 * plain_s, 3),
         "log_overhead_pct": round(100 * (logged_s - plain_s) / plain_s, 1),
-        "graph_apply_ms_per_chunk": round(1000 * apply_s / written, 3),
+        "graph_apply_ms_per_chunk": None if apply_s is None else round(apply_s, 3),
         "rows_table_ms_per_chunk": round(rows_ms, 4),
         "model_ms_per_chunk_all_cores": round(model_ms, 2),
         "rows_table_share_of_real_ingestion_pct": round(100 * rows_ms / model_ms, 3),
-        "graph_apply_cpu_ms_per_chunk": round(per_chunk_ms, 3),
+        # None: the graphs' thread took the chunks in before they could be timed
+        "graph_apply_cpu_ms_per_chunk": None if per_chunk_ms is None else round(per_chunk_ms, 3),
         # of the CPU the real model spends per chunk, measured here
-        "graph_share_of_real_ingestion_pct": round(100 * per_chunk_ms / model_ms, 2),
+        "graph_share_of_real_ingestion_pct": (
+            None if per_chunk_ms is None else round(100 * per_chunk_ms / model_ms, 2)
+        ),
         **(
             {}
             if keyword_ms is None
@@ -882,6 +877,29 @@ def _maintenance(
             }
         ),
     }
+
+
+def _timed_apply(
+    index: SqliteIndex, graph: graphs.Graph, written: int
+) -> tuple[float | None, float | None, float | None]:
+    """The graph's and the keyword index's work to take in the `written` chunks, in this
+    thread: the graph's wall and CPU ms per chunk, the keyword index's CPU ms per chunk (None
+    when it is not kept). None for the graph when its thread took them in first."""
+    if index.graphs._thread is not None:
+        return None, None, None
+    began_cpu = time.thread_time()
+    began = time.perf_counter()
+    while index.graphs._catch_up(graph):  # in this thread, to time it
+        pass
+    apply_ms = 1000 * (time.perf_counter() - began) / written
+    per_chunk_ms = 1000 * (time.thread_time() - began_cpu) / written
+    keyword_ms = None
+    if index.keywords.ready:  # its commits run in Tantivy's threads: the process's CPU
+        began_cpu = time.process_time()
+        while index.keywords._apply():
+            pass
+        keyword_ms = 1000 * (time.process_time() - began_cpu) / written
+    return apply_ms, per_chunk_ms, keyword_ms
 
 
 def _sweep(
