@@ -114,6 +114,8 @@ def test_bench_search_measures_both_topologies_at_a_given_number_of_chunks(
         assert set(build["ef_search"]) == {"100", "200", "400", "800"}
         assert all(0 < ef["recall"] <= 1 for ef in build["ef_search"].values())
     # how far a filtered walk widens, each power with the filter that admits half the dataset
+    # (the output's shape: at 6,000 chunks that half is under EXACT_MAX_ROWS, searched exactly;
+    # test_pgvector_plan checks the widths)
     widen = figures["scale-out"]["settings"]["filter_widen_sweep"]
     assert set(widen) == {"0/200", "0.5/282", "0.75/336", "1/400"}
     assert all(0 < power["recall"] <= 1 and power["p95"] > 0 for power in widen.values())

@@ -13,7 +13,7 @@ import pytest
 from knowledgeops.db.engine import Database
 from knowledgeops.ingest.index.base import IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.filters import SearchFilter
-from knowledgeops.ingest.index.pgvector import HNSW_EF_SEARCH, PgVectorIndex
+from knowledgeops.ingest.index.pgvector import HNSW_EF_SEARCH, HNSW_MAX_EF_SEARCH, PgVectorIndex
 from tests.fixtures.rows import insert_dataset, insert_document
 
 pytestmark = [pytest.mark.postgres]
@@ -145,6 +145,7 @@ def test_a_filter_still_returns_top_k(shared) -> None:
     assert ef == int(HNSW_EF_SEARCH * math.sqrt(2))
     with index.db.read() as conn:  # … and far enough that twice k of its rows pass
         assert index.ef_search(conn, large, 150, half) == 600
+        assert index.ef_search(conn, large, 300, half) == HNSW_MAX_EF_SEARCH  # pgvector's cap
     for dataset in (large, small):
         hits = index.search_vector(dataset, query(), 10, half)
         assert len(hits) == 10

@@ -596,8 +596,9 @@ class PgVectorIndex:
         breadth grows as that share shrinks: by FILTER_WIDEN_POWER of it for the recall (the
         filtered top 10 lie among the nearest 10 / share of the whole, which a walk finds
         more easily than the whole's own top 10 at that breadth), and at least far enough
-        that twice k of its rows pass. A share so small that the walk would need more than
-        pgvector allows (or so few chunks that a scan is cheaper) is exact."""
+        that twice k of its rows pass, up to pgvector's HNSW_MAX_EF_SEARCH. A share under
+        EXACT_SHARE, or so few chunks that a scan is cheaper, is exact; a walk that returns
+        fewer than k rows all the same is run again exactly (search_vector)."""
         admitted, dataset = self.counts.of(conn, dataset_id, where)
         if admitted < self.exact_max_rows or dataset <= 0:
             return None

@@ -847,7 +847,7 @@ def _maintenance(
             index._log = keep_log  # type: ignore[method-assign]
         plain.append(took / count)
     logged_s, plain_s = statistics.median(logged), statistics.median(plain)
-    apply_s, per_chunk_ms, keyword_ms = _timed_apply(index, graph, written)
+    apply_ms, per_chunk_ms, keyword_ms = _timed_apply(index, graph, written)
     rows_ms = _rows_cost(index, db, made)
     with db.write() as tx:  # a kept database holds the corpus alone again
         for document_id in made:
@@ -858,7 +858,7 @@ def _maintenance(
         "write_ms_per_chunk_with_log": round(1000 * logged_s, 3),
         "write_ms_per_chunk_without_log": round(1000 * plain_s, 3),
         "log_overhead_pct": round(100 * (logged_s - plain_s) / plain_s, 1),
-        "graph_apply_ms_per_chunk": None if apply_s is None else round(apply_s, 3),
+        "graph_apply_ms_per_chunk": None if apply_ms is None else round(apply_ms, 3),
         "rows_table_ms_per_chunk": round(rows_ms, 4),
         "model_ms_per_chunk_all_cores": round(model_ms, 2),
         "rows_table_share_of_real_ingestion_pct": round(100 * rows_ms / model_ms, 3),
@@ -884,7 +884,8 @@ def _timed_apply(
 ) -> tuple[float | None, float | None, float | None]:
     """The graph's and the keyword index's work to take in the `written` chunks, in this
     thread: the graph's wall and CPU ms per chunk, the keyword index's CPU ms per chunk (None
-    when it is not kept). None for the graph when its thread took them in first."""
+    when it is not kept). All None when the graphs' thread ran during the writes: it took
+    the chunks in before they could be timed."""
     if index.graphs._thread is not None:
         return None, None, None
     began_cpu = time.thread_time()
@@ -1063,7 +1064,7 @@ def _pg_ef_sweep(
     index: PgVectorIndex, corpus: Corpus, dataset_id: str, questions: Sequence[str]
 ) -> dict[str, dict[str, float]]:
     """pgvector's `hnsw.ef_search` for a whole dataset's partition (HNSW_EF_SEARCH, before a
-    filter's share divides it)."""
+    filter's share widens it: `_pg_filter_sweep`)."""
     chosen = pgvector.HNSW_EF_SEARCH
 
     def apply(ef: int) -> None:
@@ -1084,7 +1085,8 @@ def _pg_filter_sweep(
     """How far a filtered walk must widen (pgvector 0.6 filters after it): vector search of
     the large dataset with SHELF, which admits about half of it, at ef_search HNSW_EF_SEARCH
     / share ** each power, recall@10 against the exact top 10 of the chunks it admits. Keyed
-    "<power>/<ef_search at a share of one half>"."""
+    "<power>/<ef_search at a share of exactly one half>" (SHELF's share is about that: each
+    document's shelf is drawn at random)."""
     chosen = pgvector.FILTER_WIDEN_POWER
 
     def apply(power: float) -> None:
