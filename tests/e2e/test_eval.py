@@ -93,12 +93,15 @@ def test_bench_search_measures_both_topologies_at_a_given_number_of_chunks(
     # threads taking the chunks in and with them stopped, in turn, searches timed meanwhile;
     # the documents are gone after (the kept database's test below counts its rows)
     ingestion = embedded["settings"]["ingestion"]
-    assert set(ingestion["chunks_per_s"]) == {"kept", "not kept"}
+    assert set(ingestion["chunks_per_s"]) == {"kept", "kept, stage full", "not kept"}
     assert all(len(rates) == 2 for rates in ingestion["chunks_per_s"].values())
     assert ingestion["rounds"] == 2
     assert ingestion["upkeep_in_not_kept_runs"] == 0  # the runs without it were without it
     assert all(rate > 0 for rates in ingestion["chunks_per_s"].values() for rate in rates)
     assert -100 < ingestion["throughput_lost_pct"] < 100
+    assert -100 < ingestion["throughput_lost_stage_full_pct"] < 100
+    # a kept run's chunks, staged while no core was spare
+    assert ingestion["staged_at_end_max"] >= 0
     assert ingestion["search_ms_while_ingesting"]["searches"] > 0
     assert ingestion["worker_nice"] == 10
     assert ingestion["snapshot_s"] > 0

@@ -553,3 +553,74 @@ def test_log_rows_of_datasets_without_a_graph_are_pruned(setup) -> None:
         left = dict(rows.all())
     assert dataset_key(small) not in left  # no graph wants them: a build reads the truth
     assert left.get(dataset_key(dataset), 0) == 0  # the graph holds them (applied)
+
+
+class _NoSpareCore:
+    """The answer of stage.SpareCores on a machine whose cores the model holds."""
+
+    def allow(self) -> bool:
+        return False
+
+
+def staged_all(index: SqliteIndex, key: int, count: int) -> None:
+    deadline = time.monotonic() + 30
+    while index.graphs.staged(key) != count:
+        assert time.monotonic() < deadline, f"staged {index.graphs.staged(key)} of {count}"
+        index.graphs.want(key)  # wakes the thread
+        time.sleep(0.05)
+
+
+def test_on_a_busy_machine_new_chunks_wait_on_the_stage_and_are_found_there(setup) -> None:
+    """No core to spare: the graph's thread stages the log's chunks instead of adding them.
+    A search finds them exactly, never a generation the database dropped; a snapshot taken
+    meanwhile holds the graph without them, and a restart takes them in from the log."""
+    index, dataset = setup
+    with index.db.write() as conn:
+        first, later = insert_document(conn, dataset), insert_document(conn, dataset)
+    write(index, dataset, first, 1, texts(30, 50))
+    built(index, dataset)
+    key = dataset_key(dataset)
+    index.graphs._spare = _NoSpareCore()  # type: ignore[assignment]
+    write(index, dataset, later, 1, texts(31, 300))
+    staged_all(index, key, 300)
+    assert index.graphs.size(key) == 50  # the graph took none of them in
+    for query in texts(31, 300)[:10] + texts(32, 5):
+        as_exact(index, dataset, query)
+    write(index, dataset, later, 2, texts(33, 300))  # generation 2 replaces 1 on the stage
+    staged_all(index, key, 300)
+    live = {chunk_id(first, 1, n) for n in range(50)} | {chunk_id(later, 2, n) for n in range(300)}
+    for query in texts(31, 300)[:5] + texts(33, 300)[:5]:
+        assert set(found(index, dataset, query)) <= live
+        as_exact(index, dataset, query)
+    graph = index.graphs._graphs[key]
+    assert graph.applied < graph.staged  # the graph reflects the log only up to the stage
+    index.close()  # a snapshot of the graph without the staged chunks; the log keeps them
+    again = make(index.db)
+    built(again, dataset)
+    assert again.graphs.builds == 0  # loaded, and caught up from the log
+    assert again.graphs.size(key) == 350
+    assert again.graphs.staged(key) == 0
+    for query in texts(33, 300)[:10]:
+        as_exact(again, dataset, query)
+    again.close()
+
+
+def test_a_full_stage_goes_into_the_graph_even_on_a_busy_machine(setup) -> None:
+    index, dataset = setup
+    with index.db.write() as conn:
+        first, later = insert_document(conn, dataset), insert_document(conn, dataset)
+    write(index, dataset, first, 1, texts(34, 50))
+    built(index, dataset)
+    key = dataset_key(dataset)
+    index.graphs._spare = _NoSpareCore()  # type: ignore[assignment]
+    index.graphs.stage_max = 100
+    write(index, dataset, later, 1, texts(35, 300))
+    deadline = time.monotonic() + 30
+    while index.graphs.size(key) < 250:
+        assert time.monotonic() < deadline
+        index.graphs.want(key)
+        time.sleep(0.05)
+    assert index.graphs.staged(key) == 100  # what the stage holds at most stays on it
+    assert index.graphs.size(key) == 250
+    for query in texts(35, 300)[:10]:
+        as_exact(index, dataset, query)

@@ -8,9 +8,14 @@ generation's activation makes searchable (added), the chunks a delete or a new g
 background thread (one per index) builds the graphs of the datasets searched, applies the log to
 them, and saves a snapshot now and then.
 
-A search asks its dataset's graph for candidates, adds every chunk logged as added since the
-graph last caught up (so a document is found the moment its job completes), and then scores all
-of them exactly in SQL against the chunks that are active now, in the same read transaction:
+The thread stages the log's new chunks in memory first (stage.py) and adds them to the graph
+while the machine has a core to spare, or when the stage is full: a graph's upkeep does not
+slow the model embedding a burst of documents.
+
+A search asks its dataset's graph for candidates, adds the staged chunks nearest to the
+question (each scored exactly) and every chunk logged as added since the thread last looked
+(so a document is found the moment its job completes), and then scores all of them exactly in
+SQL against the chunks that are active now, in the same read transaction:
 a chunk the graph still holds but the database dropped (a stale generation, a deleted document)
 cannot answer, and every score is the exact cosine. A graph that is missing (not built yet,
 being rebuilt) or too far behind answers nothing and the search is exact.
@@ -43,6 +48,7 @@ from usearch.index import Index
 
 from knowledgeops.db.engine import Database
 from knowledgeops.ingest.index.keywords import state_table
+from knowledgeops.ingest.index.stage import LOOK_S, STAGE_MAX, SpareCores, Stage
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +210,9 @@ def candidates_for(k: int, share: float) -> int:
 class Graph:
     key: int
     index: Index
-    applied: int  # the last log row it reflects
+    applied: int  # the last log row it reflects (a snapshot holds the graph as of this row)
+    stage: Stage
+    staged: int = 0  # the last log row the graph and its stage reflect together
     changes: int = 0  # applied since the last snapshot
     saved_at: float = field(default_factory=time.monotonic)
     snapshot: int | None = None  # the log id of its last snapshot
@@ -227,7 +235,13 @@ class Graphs:
     """The graphs of one vector table, and the thread that keeps them."""
 
     def __init__(
-        self, db: Database, vec: str, rows: str, dimension: int, folder: Path | None
+        self,
+        db: Database,
+        vec: str,
+        rows: str,
+        dimension: int,
+        folder: Path | None,
+        stage_max: int = STAGE_MAX,
     ) -> None:
         self.db = db
         self.vec = vec  # sqlite-vec's table: a build scans it
@@ -244,6 +258,9 @@ class Graphs:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pruned_at = 0.0
+        self.stage_max = stage_max  # staged chunks past which the graph takes them in anyway
+        self._spare = SpareCores()
+        self._flush_until = 0.0  # till then the graph takes staged chunks in at once (caught_up)
         self._logged = 0  # log rows written by this process since the last prune
         self.builds = 0  # graphs built from the database (not loaded): for tests and bench
         self.relinked = 0  # vectors relink_orphans added again (the bench reports it)
@@ -265,11 +282,12 @@ class Graphs:
         if graph is None:
             self.want(key)
             return None
-        applied = graph.applied
+        with graph.lock:
+            seen = graph.staged
         pending = conn.exec_driver_sql(
             f"SELECT seq, added FROM {self.log} WHERE dataset_key = ? AND id > ? "
             "ORDER BY id LIMIT ?",
-            (key, applied, PENDING_MAX + 1),
+            (key, seen, PENDING_MAX + 1),
         ).all()
         if pending:
             self._wake.set()
@@ -279,7 +297,9 @@ class Graphs:
             index = graph.index
             index.expansion_search = breadth  # type: ignore[misc]
             found = index.search(np.asarray(vector, dtype=np.float32), want, threads=1)
+            staged = graph.stage.nearest(_unit(vector), want)
         seqs = [int(seq) for seq in np.asarray(found.keys)]
+        seqs.extend(staged)
         seqs.extend(seq for seq, added in pending if added)
         return list(dict.fromkeys(seqs))
 
@@ -312,8 +332,16 @@ class Graphs:
         return key in self._graphs
 
     def caught_up(self, timeout: float = 60.0) -> bool:
-        """Wait until every wanted graph exists and reflects the whole log (tests, bench)."""
+        """Wait until every wanted graph exists and holds the whole log, its stage taken in
+        whether or not the machine has a core to spare (tests, bench)."""
         deadline = time.monotonic() + timeout
+        self._flush_until = deadline
+        try:
+            return self._wait(deadline)
+        finally:
+            self._flush_until = 0.0
+
+    def _wait(self, deadline: float) -> bool:
         while time.monotonic() < deadline:
             with self.db.read() as conn:
                 behind = False
@@ -337,8 +365,15 @@ class Graphs:
         graph = self._graphs.get(key)
         return 0 if graph is None else len(graph.index)
 
+    def staged(self, key: int) -> int:
+        graph = self._graphs.get(key)
+        return 0 if graph is None else len(graph.stage)
+
     def memory_bytes(self) -> int:
-        return sum(int(graph.index.memory_usage) for graph in list(self._graphs.values()))
+        return sum(
+            int(graph.index.memory_usage) + graph.stage.memory_bytes()
+            for graph in list(self._graphs.values())
+        )
 
     def close(self) -> None:
         """Stop the thread and snapshot every graph with changes (a clean stop loads fast)."""
@@ -374,7 +409,8 @@ class Graphs:
                 if not self._wanted:  # started to prune the log (logged): done
                     self._thread = None
                     return
-            self._wake.wait(POLL_S)
+            staged = any(len(graph.stage) for graph in list(self._graphs.values()))
+            self._wake.wait(LOOK_S if staged else POLL_S)  # staged: look for a spare core soon
             self._wake.clear()
 
     def _turn(self) -> None:
@@ -391,8 +427,10 @@ class Graphs:
             with self._state:
                 self._graphs[key] = graph
         for graph in list(self._graphs.values()):
-            while not self._stop.is_set() and graph.key in self._graphs and self._catch_up(graph):
-                pass
+            while not self._stop.is_set() and graph.key in self._graphs:
+                staged = self._catch_up(graph)
+                if not (self._drain(graph) or staged):
+                    break
             if graph.key not in self._graphs:  # its dataset was deleted
                 continue
             if self._due(graph):
@@ -431,7 +469,8 @@ class Graphs:
         if index is None or index.ndim != self.dimension or len(index) != size:
             log.warning("the graph snapshot %s is not what was saved: rebuilding it", path)
             return None
-        graph = Graph(key, index, applied=int(log_id), snapshot=int(log_id))
+        graph = Graph(key, index, int(log_id), Stage(self.dimension), int(log_id))
+        graph.snapshot = int(log_id)
         if not name.endswith(SNAPSHOT_SUFFIX):  # saved before builds were swept: sweep it now
             relinked = relink_orphans(index, os.cpu_count() or 1, self._stop)
             if relinked is None:  # the sweep did not finish: the next start sweeps it
@@ -466,40 +505,65 @@ class Graphs:
         self.relinked += relinked
         self.builds += 1
         index.expansion_add = EXPANSION_GROW  # type: ignore[misc]
-        graph = Graph(key, index, applied=int(top or 0), changes=len(index))
+        graph = Graph(key, index, int(top or 0), Stage(self.dimension), int(top or 0))
+        graph.changes = len(index)
         graph.saved_at = -math.inf  # a fresh build is worth a snapshot at once
         return graph
 
     def _catch_up(self, graph: Graph) -> bool:
-        """Apply the next log rows to the graph; False when there were none."""
+        """Take the next log rows in: the chunks added onto the stage, the chunks removed off
+        the stage and out of the graph; False when there were none."""
         with self.db.read() as conn:
             rows = conn.exec_driver_sql(
                 f"SELECT id, seq, added FROM {self.log} WHERE dataset_key = ? AND id > ? "
                 "ORDER BY id LIMIT ?",
-                (graph.key, graph.applied, PENDING_MAX),
+                (graph.key, graph.staged, PENDING_MAX),
             ).all()
             if not rows:
                 return False
             wanted = [seq for _, seq, added in rows if added]
             vectors = self._vectors(conn, wanted)
-        run: list[int] = []  # consecutive adds, applied together
-        for _, seq, added in rows:
-            if added:
-                run.append(seq)
-                continue
-            self._add(graph, run, vectors)
-            run = []
+        for log_id, seq, added in rows:
             if seq == RESET:
                 self._forget(graph)
                 return False
-            else:
-                with graph.lock:
-                    if graph.index.contains(seq):
-                        graph.index.remove(seq)
-        self._add(graph, run, vectors)
-        graph.applied = int(rows[-1][0])
+            with graph.lock:
+                if graph.index.contains(seq):  # removed, or logged again (its row is the truth)
+                    graph.index.remove(seq)
+                if not added:
+                    graph.stage.drop(seq)
+                elif seq in vectors:  # else gone since: a later row removes it
+                    graph.stage.put(seq, log_id, np.frombuffer(vectors[seq], dtype=np.float32))
+                graph.staged = int(log_id)
         graph.changes += len(rows)
+        self._settle(graph)
         return True
+
+    def _drain(self, graph: Graph, force: bool = False) -> bool:
+        """Add a turn of staged chunks to the graph, the longest staged first, when `force`d, the
+        stage is over its limit, the log must be caught up now (caught_up), or the machine has a
+        core to spare; False when it added none."""
+        if not len(graph.stage):
+            return False
+        size = turn_size(graph.add_s)
+        if not (force or time.monotonic() < self._flush_until or self._spare.allow()):
+            size = min(size, len(graph.stage) - self.stage_max)  # what is over the limit
+            if size <= 0:
+                return False
+        with graph.lock:
+            began = time.perf_counter()  # the turn's own time, not its wait for the lock
+            seqs, vectors = graph.stage.take(size)
+            keys = np.asarray(seqs, dtype=np.uint64)
+            graph.index.add(keys, vectors, threads=1)
+            graph.add_s = (time.perf_counter() - began) / len(seqs)
+        self._settle(graph)
+        return True
+
+    def _settle(self, graph: Graph) -> None:
+        """The graph now reflects the log up to the row before the first one still staged."""
+        with graph.lock:
+            floor = graph.stage.floor()
+            graph.applied = graph.staged if floor is None else floor
 
     def _vectors(self, conn: Connection, seqs: Sequence[int]) -> dict[int, bytes]:
         found: dict[int, bytes] = {}
@@ -511,22 +575,6 @@ class Graphs:
             )
             found.update({int(rowid): blob for rowid, blob in rows})
         return found
-
-    def _add(self, graph: Graph, seqs: list[int], vectors: dict[int, bytes]) -> None:
-        present = [seq for seq in dict.fromkeys(seqs) if seq in vectors]  # gone since: skip
-        start = 0
-        while start < len(present):
-            part = present[start : start + turn_size(graph.add_s)]
-            block = np.frombuffer(b"".join(vectors[seq] for seq in part), dtype=np.float32)
-            keys = np.asarray(part, dtype=np.uint64)
-            with graph.lock:
-                began = time.perf_counter()  # the turn's own time, not its wait for the lock
-                held = graph.index.contains(keys)
-                if np.any(held):  # a seq logged twice, or reused: its row now is the truth
-                    graph.index.remove(keys[held])
-                graph.index.add(keys, block.reshape(len(part), self.dimension), threads=1)
-                graph.add_s = (time.perf_counter() - began) / len(part)
-            start += len(part)
 
     def _forget(self, graph: Graph) -> None:
         """The dataset was deleted: drop its graph, its snapshot and its log rows."""
@@ -614,6 +662,12 @@ class Graphs:
                     f"AND id <= {self.kept}",
                     (key, floor),
                 )
+
+
+def _unit(vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    vector = np.asarray(vector, dtype=np.float32)
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0.0 else vector
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -609,8 +609,8 @@ INGEST_DOCUMENTS_MAX = 5  # documents of CHUNKS_PER_DOCUMENT per run (fewer belo
 # logged) every graphs.PRUNE_INTERVAL_S: under graphs.PRUNE_AFTER_ROWS, past which a write
 # would start the graphs' thread again in a run without it (counted: upkeep_in_not_kept_runs)
 INGEST_SEARCHES_PER_S = 2.0  # vector searches of the dataset while a run ingests
-NOT_KEPT, KEPT = "not kept", "kept"
-INGEST_MODES = (KEPT, NOT_KEPT)
+NOT_KEPT, KEPT, FULL = "not kept", "kept", "kept, stage full"
+INGEST_MODES = (KEPT, FULL, NOT_KEPT)
 
 
 class _Ingestion:
@@ -620,8 +620,12 @@ class _Ingestion:
     (`worker_nice`, as the service runs its workers and model), while the graphs' and the
     keyword index's threads take them in (kept; started from this thread, at the API's
     priority, as a search starts them in the service) or stand stopped (not kept: the log holds
-    the chunks, taken in untimed before the next run). The modes alternate, each round in the
-    other order; the share is the median throughput lost. Parsing, chunking and the job's
+    the chunks, taken in untimed before the next run). Kept, the graph's thread stages the
+    chunks and adds them to the graph while a core is spare (graphs.py, stage.py): a run is a
+    burst that the stage holds whole, taken in untimed before the next run. "Kept, stage full"
+    is what a longer burst meets once its stage is full: the limit set to 0, each chunk goes
+    into the graph as it comes. The modes take turns, each round starting with the next; the
+    share is the median throughput lost. Parsing, chunking and the job's
     bookkeeping are left out: they would only add to the time the upkeep is a share of.
     One more kept run, not counted, has this thread search the dataset's vectors a few times a
     second: what a search meets while documents arrive.
@@ -676,13 +680,17 @@ class _Ingestion:
         behind = 0
         started = 0
         n = 0
+        staged = 0
         for round_ in range(self.rounds):
-            for mode in INGEST_MODES[:: 1 - 2 * (round_ % 2)]:
+            turn = round_ % len(INGEST_MODES)
+            for mode in INGEST_MODES[turn:] + INGEST_MODES[:turn]:
                 rates[mode].append(self._run(mode, n, search=False)[0])
                 n += 1
                 if mode == NOT_KEPT and self.index.graphs._thread is not None:
                     started += 1  # a prune started it: this run was not without upkeep
                 if mode == KEPT:
+                    staged = max(staged, self.index.graphs.staged(self.key))
+                if mode == FULL:
                     behind = max(behind, _graph_behind(self.index, self.db, self.key))
         snapshot_in_runs = graph.snapshot != snapshot
         _, took = self._run(KEPT, n, search=True)
@@ -693,7 +701,12 @@ class _Ingestion:
             "worker_nice": self.worker_nice,
             "chunks_per_s": {mode: [round(r, 2) for r in rates[mode]] for mode in INGEST_MODES},
             "throughput_lost_pct": round(100 * (1 - statistics.median(rates[KEPT]) / plain), 2),
-            # log rows of the dataset its graph had not taken in when a kept run ended
+            "throughput_lost_stage_full_pct": round(
+                100 * (1 - statistics.median(rates[FULL]) / plain), 2
+            ),
+            # chunks on the stage when a kept run ended (the run's, if no core was spare)
+            "staged_at_end_max": staged,
+            # log rows of the dataset its graph had not taken in when a stage-full run ended
             "graph_behind_at_end_max": behind,
             "upkeep_in_not_kept_runs": started,
             "snapshot_during_runs": snapshot_in_runs,  # one more than the one timed apart
@@ -726,16 +739,22 @@ class _Ingestion:
         self.pool.submit(self._write, run[:1]).result()
         if mode == NOT_KEPT:
             self._stop()
-        ingesting = self.pool.submit(self._write, run[1:])
-        took: list[float] = []
-        while search and not ingesting.done():
-            began = time.perf_counter()
-            self.index.search_vector(
-                self.dataset_id, self.vectors[len(took) % len(self.vectors)], TOP_K
-            )
-            took.append((time.perf_counter() - began) * 1000)
-            wait([ingesting], timeout=max(0.0, 1 / INGEST_SEARCHES_PER_S - took[-1] / 1000))
-        return self.per_run * CHUNKS_PER_DOCUMENT / ingesting.result(), took
+        limit = self.index.graphs.stage_max
+        if mode == FULL:
+            self.index.graphs.stage_max = 0
+        try:
+            ingesting = self.pool.submit(self._write, run[1:])
+            took: list[float] = []
+            while search and not ingesting.done():
+                began = time.perf_counter()
+                self.index.search_vector(
+                    self.dataset_id, self.vectors[len(took) % len(self.vectors)], TOP_K
+                )
+                took.append((time.perf_counter() - began) * 1000)
+                wait([ingesting], timeout=max(0.0, 1 / INGEST_SEARCHES_PER_S - took[-1] / 1000))
+            return self.per_run * CHUNKS_PER_DOCUMENT / ingesting.result(), took
+        finally:
+            self.index.graphs.stage_max = limit
 
     def _write(self, run: Sequence[tuple[str, list[str], list[IndexedChunk]]]) -> float:
         """A job's work on each document once parsed and chunked: embed, then one
@@ -890,7 +909,8 @@ def _timed_apply(
         return None, None, None
     began_cpu = time.thread_time()
     began = time.perf_counter()
-    while index.graphs._catch_up(graph):  # in this thread, to time it
+    # in this thread, to time it: staged and, at once, added to the graph
+    while index.graphs._catch_up(graph) or index.graphs._drain(graph, force=True):
         pass
     apply_ms = 1000 * (time.perf_counter() - began) / written
     per_chunk_ms = 1000 * (time.thread_time() - began_cpu) / written
@@ -1374,7 +1394,9 @@ def render(figures: Sequence[SearchFigures]) -> Any:
                 f.topology,
                 str(f.chunks),
                 f"ingestion {rates[KEPT]:.1f} chunks/s with the index kept, "
-                f"{rates[NOT_KEPT]:.1f} without: {ingestion['throughput_lost_pct']:g}% lost "
+                f"{rates[NOT_KEPT]:.1f} without: {ingestion['throughput_lost_pct']:g}% lost; "
+                f"its stage full {rates[FULL]:.1f}: "
+                f"{ingestion['throughput_lost_stage_full_pct']:g}% lost "
                 f"(snapshots {ingestion['snapshot_share_pct']:g}% more)",
                 "",
                 "",
