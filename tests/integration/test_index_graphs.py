@@ -563,11 +563,16 @@ class _NoSpareCore:
 
 
 def staged_all(index: SqliteIndex, key: int, count: int) -> None:
+    """Wait until the thread has read the whole log, and `count` chunks wait on the stage."""
+    with index.db.read() as conn:
+        top = conn.exec_driver_sql(f"SELECT max(id) FROM {index.log}").scalar()
+    graph = index.graphs._graphs[key]
     deadline = time.monotonic() + 30
-    while index.graphs.staged(key) != count:
-        assert time.monotonic() < deadline, f"staged {index.graphs.staged(key)} of {count}"
+    while graph.staged < top:
+        assert time.monotonic() < deadline, f"read the log to {graph.staged} of {top}"
         index.graphs.want(key)  # wakes the thread
         time.sleep(0.05)
+    assert index.graphs.staged(key) == count
 
 
 def test_on_a_busy_machine_new_chunks_wait_on_the_stage_and_are_found_there(setup) -> None:
@@ -588,11 +593,21 @@ def test_on_a_busy_machine_new_chunks_wait_on_the_stage_and_are_found_there(setu
         as_exact(index, dataset, query)
     write(index, dataset, later, 2, texts(33, 300))  # generation 2 replaces 1 on the stage
     staged_all(index, key, 300)
+    graph = index.graphs._graphs[key]
+    with graph.lock:
+        on_stage = set(graph.stage.nearest(EMBED.vector("w1"), 1000))
+    with index.db.read() as conn:
+        newest = {
+            seq
+            for (seq,) in conn.exec_driver_sql(
+                f"SELECT seq FROM {index.log} WHERE added = 1 ORDER BY id DESC LIMIT 300"
+            )
+        }
+    assert on_stage == newest  # generation 2's chunks, none of generation 1's
     live = {chunk_id(first, 1, n) for n in range(50)} | {chunk_id(later, 2, n) for n in range(300)}
     for query in texts(31, 300)[:5] + texts(33, 300)[:5]:
         assert set(found(index, dataset, query)) <= live
         as_exact(index, dataset, query)
-    graph = index.graphs._graphs[key]
     assert graph.applied < graph.staged  # the graph reflects the log only up to the stage
     index.close()  # a snapshot of the graph without the staged chunks; the log keeps them
     again = make(index.db)
@@ -624,3 +639,37 @@ def test_a_full_stage_goes_into_the_graph_even_on_a_busy_machine(setup) -> None:
     assert index.graphs.size(key) == 250
     for query in texts(35, 300)[:10]:
         as_exact(index, dataset, query)
+
+
+def test_chunks_taken_in_after_a_snapshot_get_one_of_their_own(setup) -> None:
+    """A snapshot taken while chunks wait on the stage holds the graph without them; once the
+    graph takes them in, closing snapshots it again (under a new name) and prunes their log
+    rows, so the next start has nothing to take in again."""
+    index, dataset = setup
+    with index.db.write() as conn:
+        first, later = insert_document(conn, dataset), insert_document(conn, dataset)
+    write(index, dataset, first, 1, texts(36, 50))
+    built(index, dataset)
+    key = dataset_key(dataset)
+    index.graphs._spare = _NoSpareCore()  # type: ignore[assignment]
+    write(index, dataset, later, 1, texts(37, 200))
+    staged_all(index, key, 200)
+    graph = index.graphs._graphs[key]
+    index.graphs._save(graph)  # what a due snapshot does meanwhile
+    saved = graph.snapshot
+    assert index.graphs.caught_up(timeout=30)  # the stage goes into the graph
+    assert graph.changes == 200
+    index.close()
+    assert graph.snapshot is not None
+    assert saved is not None
+    assert graph.snapshot > saved
+    folder = graph_folder(index.db)
+    assert folder is not None
+    assert len(list(folder.iterdir())) == 1  # the older snapshot swept
+    with index.db.read() as conn:
+        assert conn.exec_driver_sql(f"SELECT count(*) FROM {index.log}").scalar() == 0
+    again = make(index.db)
+    built(again, dataset)
+    assert again.graphs.builds == 0
+    assert again.graphs.size(key) == 250
+    again.close()

@@ -5,7 +5,6 @@ machine's real CPU."""
 from __future__ import annotations
 
 import multiprocessing
-import os
 import time
 
 import numpy as np
@@ -86,6 +85,26 @@ def test_a_stage_that_grows_and_empties_keeps_every_live_chunk() -> None:
     assert staged.memory_bytes() > 0
 
 
+def test_chunks_logged_again_and_again_behind_one_that_waits_do_not_pile_up() -> None:
+    """A chunk staged long ago holds the first row; the dead rows behind it go when the
+    arrays fill, so the stage's size follows its live chunks, not the log's length."""
+    rng = np.random.default_rng(4)
+    vectors = unit(rng, 101)
+    staged = Stage(16)
+    staged.put(0, 1, vectors[0])
+    log_id = 1
+    for _ in range(200):
+        for seq in range(1, 101):
+            log_id += 1
+            staged.put(seq, log_id, vectors[seq])
+    assert len(staged) == 101
+    assert staged.memory_bytes() <= 512 * (16 * 4 + 2 * 8)  # 512 rows at most, not 20,001
+    assert staged.floor() == 0
+    assert set(staged.nearest(vectors[0], 200)) == set(range(101))
+    seqs, _ = staged.take(1000)
+    assert seqs == list(range(101))
+
+
 def _spin(seconds: float) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -96,7 +115,7 @@ def test_no_core_is_spare_while_every_core_is_busy_and_one_is_once_they_rest(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(stage, "SLICE_S", 0.2)
-    cores = os.cpu_count() or 1
+    cores = SpareCores().cores  # the cores this process may use
     context = multiprocessing.get_context("spawn")
     spinners = [context.Process(target=_spin, args=(6.0,)) for _ in range(cores)]
     for spinner in spinners:

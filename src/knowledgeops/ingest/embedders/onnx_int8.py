@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from knowledgeops.cpu import usable_cores
 from knowledgeops.errors import ModelCheckFailed, PermanentError
 from knowledgeops.ingest.embedders.base import Embedder, Vectors
 from knowledgeops.ingest.embedders.local import (
@@ -45,7 +46,6 @@ from knowledgeops.ingest.embedders.local import (
     LocalMiniLM,
     load_tokenizer,
     model_path,
-    usable_cores,
 )
 
 log = logging.getLogger(__name__)

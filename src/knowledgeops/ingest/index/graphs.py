@@ -20,12 +20,12 @@ a chunk the graph still holds but the database dropped (a stale generation, a de
 cannot answer, and every score is the exact cosine. A graph that is missing (not built yet,
 being rebuilt) or too far behind answers nothing and the search is exact.
 
-Snapshots are written to a temporary file, flushed and renamed to `<dataset key>-<log
-id>.linked.usearch`; only then does the database row in `<vector table>_snapshots` point to
-them, and the log rows the snapshot holds are pruned. A process killed while writing leaves at
-most a temporary file (swept at the next load) and the older snapshot, which is loaded and
-caught up from the log; a snapshot that does not load, or holds another number of vectors than
-its row says, is rebuilt from the database.
+Snapshots are written to a temporary file, flushed and renamed to `<dataset key>-<log id>-<last
+log id read>.linked.usearch`; only then does the database row in `<vector table>_snapshots`
+point to them, and the log rows the snapshot holds are pruned. A process killed while writing
+leaves at most a temporary file (swept at the next load) and the older snapshot, which is loaded
+and caught up from the log; a snapshot that does not load, or holds another number of vectors
+than its row says, is rebuilt from the database.
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ class Graph:
     applied: int  # the last log row it reflects (a snapshot holds the graph as of this row)
     stage: Stage
     staged: int = 0  # the last log row the graph and its stage reflect together
-    changes: int = 0  # applied since the last snapshot
+    changes: int = 0  # vectors added to or removed from the graph since the last snapshot
     saved_at: float = field(default_factory=time.monotonic)
     snapshot: int | None = None  # the log id of its last snapshot
     # a usearch index is used by one thread at a time: its Python calls all run in the same
@@ -275,8 +275,9 @@ class Graphs:
         breadth: int = EXPANSION_SEARCH,
     ) -> list[int] | None:
         """Candidate seqs for a search of the dataset `key`: the graph's `want` nearest (a walk
-        of `breadth`: HNSW's ef) and the chunks logged as added since it caught up, read in
-        `conn`'s transaction (the one that scores them). None when there is no graph yet (one
+        of `breadth`: HNSW's ef), the stage's `want` nearest (exactly), and the chunks logged
+        as added since the thread last read the log, read in `conn`'s transaction (the one that
+        scores them). None when there is no graph yet (one
         is built) or it is far behind."""
         graph = self._graphs.get(key)
         if graph is None:
@@ -530,12 +531,12 @@ class Graphs:
             with graph.lock:
                 if graph.index.contains(seq):  # removed, or logged again (its row is the truth)
                     graph.index.remove(seq)
+                    graph.changes += 1
                 if not added:
                     graph.stage.drop(seq)
                 elif seq in vectors:  # else gone since: a later row removes it
                     graph.stage.put(seq, log_id, np.frombuffer(vectors[seq], dtype=np.float32))
                 graph.staged = int(log_id)
-        graph.changes += len(rows)
         self._settle(graph)
         return True
 
@@ -556,6 +557,7 @@ class Graphs:
             keys = np.asarray(seqs, dtype=np.uint64)
             graph.index.add(keys, vectors, threads=1)
             graph.add_s = (time.perf_counter() - began) / len(seqs)
+            graph.changes += len(seqs)
         self._settle(graph)
         return True
 
@@ -602,7 +604,9 @@ class Graphs:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         applied, size = graph.applied, len(graph.index)
-        name = f"{graph.key}-{applied}{SNAPSHOT_SUFFIX}"
+        # a graph can change without its log row moving (removes past its first staged chunk):
+        # the last row read names it too, so a snapshot never takes the place of the recorded one
+        name = f"{graph.key}-{applied}-{graph.staged}{SNAPSHOT_SUFFIX}"
         temporary = self.folder / f".{name}.tmp"
         # only this thread changes the graph, so it holds still while it is written
         graph.index.save(str(temporary))

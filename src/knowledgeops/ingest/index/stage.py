@@ -2,10 +2,10 @@
 search at a million chunks, "The graph's upkeep waits for a spare core").
 
 At a million chunks a graph takes a chunk in for 2–5 ms of a core, while the model embeds one
-for 30–60 ms of all of them: a graph kept up to date while documents are embedded costs
-ingestion 10–17% of its throughput (docs/performance.md). So the graphs' thread first puts the
-log's new chunks on a stage, in memory, and adds them to the graph only while the machine has
-a core to spare (`SpareCores`), or when the stage is full. Each search scores every staged chunk
+for 30–60 ms of all of them: a graph kept up to date while documents are embedded cost ingestion
+17% of its throughput (docs/performance.md, 2026-12-05). So the graphs' thread first puts the
+log's new chunks on a stage, in memory, and adds them to the graph only while the machine has a
+core to spare (`SpareCores`), or when the stage is full. Each search scores every staged chunk
 exactly (a product of the matrix and the question), so a staged chunk is found as surely as one
 in the graph; a burst of documents is embedded at the speed of a machine without the graph, and
 the graph takes the burst in afterwards.
@@ -13,16 +13,18 @@ the graph takes the burst in afterwards.
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 import numpy.typing as npt
-import psutil
 
-STAGE_MAX = 10_000  # chunks staged per graph at most (15 MB at 384 dimensions, 1–2 ms a search)
-LOOK_S = 0.25  # the machine watched this long, the graph left alone, before each slice …
-SLICE_S = 1.0  # … of this long adding staged chunks to it while it had a core to spare
+from knowledgeops.cpu import BusyCpu
+
+# chunks staged per graph past which the graph takes them in anyway, down to it (15 MB at 384
+# dimensions; a search scores them all)
+STAGE_MAX = 10_000
+LOOK_S = 0.25  # the machine watched this long at least, the graph left alone, before each slice …
+SLICE_S = 0.5  # … of this long adding staged chunks to it while it had a core to spare
 SPARE_CORES = 0.75  # of a core idle, on average over the look, that make a core to spare
 
 
@@ -74,7 +76,7 @@ class Stage:
             if self._live[row]:
                 rows.append(row)
             row += 1
-        vectors = self._vectors[rows].copy()
+        vectors = self._vectors[rows]
         seqs = [int(seq) for seq in self._seqs[rows]]
         for seq, row in zip(seqs, rows, strict=True):
             self._live[row] = False
@@ -113,33 +115,35 @@ class Stage:
         return int(self._vectors.nbytes + self._seqs.nbytes + self._log_ids.nbytes)
 
     def _grow(self) -> None:
-        """Room for more rows: the dead rows before the first live one go, and the arrays
-        double when that frees less than a quarter."""
-        used = slice(self._first, self._count)
-        vectors, seqs = self._vectors[used], self._seqs[used]
-        log_ids, live = self._log_ids[used], self._live[used]
-        kept = self._count - self._first
+        """Room for more rows: the live rows are kept, in their order, the dead ones go, and
+        the arrays double when the live fill more than three quarters of them."""
+        live = self._first + np.flatnonzero(self._live[self._first : self._count])
+        kept = len(live)
         size = len(self._seqs)
         if kept > 0.75 * size or size == 0:
             size = max(64, 2 * size)
+        vectors, seqs, log_ids = self._vectors[live], self._seqs[live], self._log_ids[live]
         self._vectors = np.zeros((size, self.dimension), dtype=np.float32)
         self._seqs = np.zeros(size, dtype=np.int64)
         self._log_ids = np.zeros(size, dtype=np.int64)
         self._live = np.zeros(size, dtype=bool)
-        self._vectors[:kept], self._seqs[:kept] = vectors, seqs
-        self._log_ids[:kept], self._live[:kept] = log_ids, live
-        self._row = {seq: row - self._first for seq, row in self._row.items()}
+        self._vectors[:kept], self._seqs[:kept], self._log_ids[:kept] = vectors, seqs, log_ids
+        self._live[:kept] = True
+        self._row = {int(seq): row for row, seq in enumerate(seqs)}
         self._first, self._count = 0, kept
 
 
 class SpareCores:
-    """Whether the machine has a core to spare for the graph: watched for LOOK_S while the
-    caller leaves the graph alone (the other threads' and processes' CPU, its own left out),
-    then yes for a slice of SLICE_S, and watched again. While the model embeds on every core
-    there is none; between bursts, or while one core parses, there is."""
+    """Whether the machine has a core to spare for the graph: watched for LOOK_S or more while
+    the caller adds nothing to the graph (the other threads' and processes' CPU on the cores this
+    process may use, its own left out), then yes for a slice of SLICE_S, and watched again.
+    While the model embeds on every core there is none; between bursts, or while one core
+    parses, there is. A slice granted just before the model starts again costs the model that
+    slice at most (its batch waits for the thread the graph slowed)."""
 
     def __init__(self) -> None:
-        self.cores = os.cpu_count() or 1
+        self.cpu = BusyCpu()
+        self.cores = self.cpu.cores
         self._since: tuple[float, float, float] | None = None  # wall, busy CPU, own CPU
         self._until = 0.0  # the end of the slice granted
 
@@ -148,7 +152,7 @@ class SpareCores:
         now = time.monotonic()
         if now < self._until:
             return True
-        busy, own = _busy_cpu_s(), time.thread_time()
+        busy, own = self.cpu.seconds(), time.thread_time()
         if busy is None:  # the machine's CPU cannot be read: the graph is kept as it comes
             return True
         if self._since is None:  # a slice ended, or the first look: watch from now
@@ -158,22 +162,9 @@ class SpareCores:
         if now - began < LOOK_S:
             return False
         others = ((busy - busy_then) - (own - own_then)) / (now - began)
-        self._since = None
         if others <= self.cores - SPARE_CORES:
+            self._since = None
             self._until = now + SLICE_S
             return True
         self._since = (now, busy, own)
         return False
-
-
-def _busy_cpu_s() -> float | None:
-    """Seconds of CPU the whole machine has spent on anything but idling, since boot (None
-    where it cannot be read: a sandbox without /proc/stat)."""
-    try:
-        times = psutil.cpu_times()
-    except (OSError, psutil.Error):
-        return None
-    idle = times.idle + getattr(times, "iowait", 0.0)
-    # a guest's time is counted in user and nice already (Linux)
-    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
-    return float(total - idle)

@@ -25,7 +25,7 @@ from typing import Any
 
 import pypdfium2 as pdfium
 
-from knowledgeops.ingest.embedders.local import usable_cores
+from knowledgeops.cpu import usable_cores
 from knowledgeops.lab.bench import endtoend, peer, raw
 from knowledgeops.lab.bench.endtoend import (
     AcceptFigures,
