@@ -7,6 +7,7 @@ the embedded graphs' upkeep watches the same cores for one to spare (ingest/inde
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -23,46 +24,85 @@ def _affinity() -> list[int] | None:
         return None
 
 
-def _quota_cores() -> int | None:
-    """The cores a cgroup v2 CPU quota allows (rounded up); None without a quota."""
+def _quota() -> float | None:
+    """The CPUs a cgroup v2 quota allows (`cpu.max` at the cgroup root this process sees: a
+    container's own); None without a quota. cgroup v1 quotas are not read."""
     try:
         quota, period = (CGROUP / "cpu.max").read_text().split()[:2]
         if quota == "max":
             return None
-        return max(1, -(-int(quota) // int(period)))
-    except (OSError, ValueError):
+        return max(0.01, int(quota) / int(period))
+    except (OSError, ValueError, ZeroDivisionError):
         return None
 
 
 def usable_cores() -> int:
     """The cores this process may run on: its CPU affinity, capped by a cgroup v2 CPU quota
-    (a container given "2 CPUs" on a 64-core host gets 2, not 64)."""
+    rounded up (a container given "2 CPUs" on a 64-core host gets 2, not 64)."""
     affinity = _affinity()
     cores = len(affinity) if affinity else (os.cpu_count() or 1)
-    quota = _quota_cores()
-    return max(1, min(cores, quota) if quota is not None else cores)
+    quota = _quota()
+    return max(1, min(cores, math.ceil(quota)) if quota is not None else cores)
 
 
 class BusyCpu:
-    """Seconds of CPU spent busy, since some fixed moment, on the cores this process may use:
-    its cgroup's own usage under a quota (the host's other tenants are not its business),
-    else the busy time of the cores of its affinity, from the kernel's per-core counters."""
+    """Seconds of CPU spent busy, since some fixed moment, on the CPU this process may use, and
+    how much that is (`capacity`, in cores: under a quota of 2.2 CPUs, 2.2). Under a quota, its
+    cgroup's own usage (the host's other tenants are not its business); else the busy time of
+    the cores of its affinity, each read by its number from /proc/stat (Linux), or of the whole
+    machine where that cannot be done (another system, a core of the affinity not listed)."""
 
     def __init__(self) -> None:
-        self.cores = usable_cores()
-        self._quota = _quota_cores() is not None
-        self._affinity = _affinity()
+        affinity = _affinity()
+        quota = _quota()
+        self._quota = quota is not None and _cgroup_usage_s() is not None
+        per_core = _per_core_busy()
+        if affinity and per_core is not None and all(core in per_core for core in affinity):
+            self._cores: list[int] | None = affinity
+            cores = float(len(affinity))
+        else:  # the whole machine's counters
+            self._cores = None
+            cores = float(os.cpu_count() or 1)
+        self.capacity = min(cores, quota) if self._quota and quota is not None else cores
 
     def seconds(self) -> float | None:
-        """None where it cannot be read (no /proc/stat, no cgroup counters)."""
+        """None where it cannot be read."""
         if self._quota:
             return _cgroup_usage_s()
+        if self._cores is not None:
+            per_core = _per_core_busy()
+            if per_core is not None:
+                return sum(per_core.get(core, 0.0) for core in self._cores)
         try:
-            per_core = psutil.cpu_times(percpu=True)
+            return _busy(psutil.cpu_times())
         except (OSError, psutil.Error):
             return None
-        cores = self._affinity if self._affinity else range(len(per_core))
-        return sum(_busy(per_core[core]) for core in cores if core < len(per_core))
+
+
+USER_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _per_core_busy() -> dict[int, float] | None:
+    """Each core's busy seconds by its number (the `cpuN` lines of /proc/stat, which list the
+    online cores only); None off Linux."""
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+    except OSError:
+        return None
+    found: dict[int, float] = {}
+    for line in lines:
+        name, _, rest = line.partition(" ")
+        if not name.startswith("cpu") or name == "cpu":
+            continue
+        try:
+            ticks = [int(value) for value in rest.split()]
+        except ValueError:
+            continue
+        # user nice system idle iowait irq softirq steal guest guest_nice: a guest's time is
+        # counted in user and nice already
+        busy = sum(ticks[:8]) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)
+        found[int(name[3:])] = busy / USER_HZ
+    return found or None
 
 
 def _busy(times: Any) -> float:

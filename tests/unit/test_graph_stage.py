@@ -4,6 +4,7 @@ machine's real CPU."""
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import time
 
@@ -115,7 +116,7 @@ def test_no_core_is_spare_while_every_core_is_busy_and_one_is_once_they_rest(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(stage, "SLICE_S", 0.2)
-    cores = SpareCores().cores  # the cores this process may use
+    cores = math.ceil(SpareCores().capacity)  # the cores this process may use
     context = multiprocessing.get_context("spawn")
     spinners = [context.Process(target=_spin, args=(6.0,)) for _ in range(cores)]
     for spinner in spinners:

@@ -513,12 +513,17 @@ class Graphs:
 
     def _catch_up(self, graph: Graph) -> bool:
         """Take the next log rows in: the chunks added onto the stage, the chunks removed off
-        the stage and out of the graph; False when there were none."""
+        the stage and out of the graph; False when there were none, or the stage holds twice
+        its limit (a backlog: a restart far behind, a dataset embedded again) until the graph
+        has taken some in, so that it stays bounded in memory and in what a search scores."""
+        room = max(APPLY_BATCH, 2 * self.stage_max) - len(graph.stage)
+        if room <= 0:
+            return False
         with self.db.read() as conn:
             rows = conn.exec_driver_sql(
                 f"SELECT id, seq, added FROM {self.log} WHERE dataset_key = ? AND id > ? "
                 "ORDER BY id LIMIT ?",
-                (graph.key, graph.staged, PENDING_MAX),
+                (graph.key, graph.staged, min(PENDING_MAX, room)),
             ).all()
             if not rows:
                 return False

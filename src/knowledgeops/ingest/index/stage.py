@@ -143,7 +143,7 @@ class SpareCores:
 
     def __init__(self) -> None:
         self.cpu = BusyCpu()
-        self.cores = self.cpu.cores
+        self.capacity = self.cpu.capacity  # in cores: a fraction under a CPU quota
         self._since: tuple[float, float, float] | None = None  # wall, busy CPU, own CPU
         self._until = 0.0  # the end of the slice granted
 
@@ -162,7 +162,7 @@ class SpareCores:
         if now - began < LOOK_S:
             return False
         others = ((busy - busy_then) - (own - own_then)) / (now - began)
-        if others <= self.cores - SPARE_CORES:
+        if others <= self.capacity - SPARE_CORES:
             self._since = None
             self._until = now + SLICE_S
             return True

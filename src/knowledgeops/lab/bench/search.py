@@ -604,7 +604,7 @@ def _chunk_cut() -> Callable[[str], str]:
 
 
 INGEST_ROUNDS = 3  # each: a run in every mode, the modes in turn
-INGEST_DOCUMENTS_MAX = 5  # documents of CHUNKS_PER_DOCUMENT per run (fewer below 1M chunks);
+INGEST_DOCUMENTS_MAX = 5  # documents of CHUNKS_PER_DOCUMENT per run (fewer below 200,000 chunks);
 # a run logs 600 rows at most, and the kept runs' thread prunes the log (and the count of rows
 # logged) every graphs.PRUNE_INTERVAL_S: under graphs.PRUNE_AFTER_ROWS, past which a write
 # would start the graphs' thread again in a run without it (counted: upkeep_in_not_kept_runs)
@@ -649,7 +649,7 @@ class _Ingestion:
         self.rounds = rounds or INGEST_ROUNDS
         self.key = dataset_key(dataset_id)
         self.keywords = index.keywords.ready
-        self.per_run = max(1, min(INGEST_DOCUMENTS_MAX, chunks // 200_000))
+        self.per_run = max(1, min(INGEST_DOCUMENTS_MAX, chunks // 40_000))
         self.worker_nice = Settings().worker_nice
         self.pool = ThreadPoolExecutor(1, initializer=lower_priority, initargs=(self.worker_nice,))
         self.model = LocalMiniLM()
