@@ -575,17 +575,23 @@ def staged_all(index: SqliteIndex, key: int, count: int) -> None:
     assert index.graphs.staged(key) == count
 
 
+def on_a_busy_machine(index: SqliteIndex, dataset: str, seed: int) -> tuple[str, str, int]:
+    """A graph of one document's 50 chunks, built; then no core is spare. The ids of that
+    document and of one more (not written yet), and the dataset's key."""
+    with index.db.write() as conn:
+        first, later = insert_document(conn, dataset), insert_document(conn, dataset)
+    write(index, dataset, first, 1, texts(seed, 50))
+    built(index, dataset)
+    index.graphs._spare = _NoSpareCore()  # type: ignore[assignment]
+    return first, later, dataset_key(dataset)
+
+
 def test_on_a_busy_machine_new_chunks_wait_on_the_stage_and_are_found_there(setup) -> None:
     """No core to spare: the graph's thread stages the log's chunks instead of adding them.
     A search finds them exactly, never a generation the database dropped; a snapshot taken
     meanwhile holds the graph without them, and a restart takes them in from the log."""
     index, dataset = setup
-    with index.db.write() as conn:
-        first, later = insert_document(conn, dataset), insert_document(conn, dataset)
-    write(index, dataset, first, 1, texts(30, 50))
-    built(index, dataset)
-    key = dataset_key(dataset)
-    index.graphs._spare = _NoSpareCore()  # type: ignore[assignment]
+    first, later, key = on_a_busy_machine(index, dataset, 30)
     write(index, dataset, later, 1, texts(31, 300))
     staged_all(index, key, 300)
     assert index.graphs.size(key) == 50  # the graph took none of them in
@@ -622,12 +628,7 @@ def test_on_a_busy_machine_new_chunks_wait_on_the_stage_and_are_found_there(setu
 
 def test_a_full_stage_goes_into_the_graph_even_on_a_busy_machine(setup) -> None:
     index, dataset = setup
-    with index.db.write() as conn:
-        first, later = insert_document(conn, dataset), insert_document(conn, dataset)
-    write(index, dataset, first, 1, texts(34, 50))
-    built(index, dataset)
-    key = dataset_key(dataset)
-    index.graphs._spare = _NoSpareCore()  # type: ignore[assignment]
+    _first, later, key = on_a_busy_machine(index, dataset, 34)
     index.graphs.stage_max = 100
     write(index, dataset, later, 1, texts(35, 300))
     deadline = time.monotonic() + 30
@@ -646,12 +647,7 @@ def test_chunks_taken_in_after_a_snapshot_get_one_of_their_own(setup) -> None:
     graph takes them in, closing snapshots it again (under a new name) and prunes their log
     rows, so the next start has nothing to take in again."""
     index, dataset = setup
-    with index.db.write() as conn:
-        first, later = insert_document(conn, dataset), insert_document(conn, dataset)
-    write(index, dataset, first, 1, texts(36, 50))
-    built(index, dataset)
-    key = dataset_key(dataset)
-    index.graphs._spare = _NoSpareCore()  # type: ignore[assignment]
+    _first, later, key = on_a_busy_machine(index, dataset, 36)
     write(index, dataset, later, 1, texts(37, 200))
     staged_all(index, key, 200)
     graph = index.graphs._graphs[key]
