@@ -5,7 +5,9 @@ printed and written, and a threshold that falls short failing the run."""
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -123,6 +125,11 @@ def test_bench_search_measures_both_topologies_at_a_given_number_of_chunks(
     assert set(widen) == {"0/200", "0.5/282", "0.75/336", "1/400"}
     assert all(0 < power["recall"] <= 1 and power["p95"] > 0 for power in widen.values())
     assert figures["scale-out"]["settings"]["filter_widen_power"] == FILTER_WIDEN_POWER
+    # how far a hybrid search's vector list walks: hybrid latency and the fused top 10 against
+    # the fusion with the exact vector list
+    fused = figures["scale-out"]["settings"]["fused_sweep"]
+    assert set(fused) == {"100", "140", "200"}
+    assert all(0 < ef["hybrid_recall"] <= 1 and ef["p95"] > 0 for ef in fused.values())
     assert "kops bench search" in result.output  # the table
 
 
@@ -153,6 +160,47 @@ def test_bench_search_measures_a_kept_database_again_as_a_start_of_this_version_
     with sqlite3.connect(kept / "kops.db") as conn:
         (rows,) = conn.execute("SELECT count(*) FROM chunk_vectors_384_v2_rows").fetchone()
     assert rows == 3000
+
+
+def test_bench_search_measures_a_kept_postgresql_server_again_without_writing_it(
+    tmp_path: Path,
+) -> None:
+    """The scale-out bench keeps its PostgreSQL server's data too: measured again, its chunks
+    are not written, and without --rebuild pgvector's graphs are used as they were kept."""
+    # PostgreSQL runs as `postgres` when we are root: its folder's parents must let it in,
+    # and pytest's own temporary folders do not
+    scratch = Path(tempfile.mkdtemp(prefix="kops-kept-pg-"))
+    scratch.chmod(0o755)
+    kept = scratch / "kept"
+    args = (
+        "bench", "search", "--chunks", "3000", "--questions", "20", "--topology", "scale-out",
+        "--collections", str(EVAL), "--keep", str(kept),
+    )  # fmt: skip
+    try:
+        first = run_kops(*args, "--out", str(tmp_path / "first.json"), timeout=600)
+        assert first.returncode == 0, first.output
+        (written,) = json.loads((tmp_path / "first.json").read_text())
+        assert written["settings"]["reused_database"] is False
+        assert written["index_build_s"] > 0
+        assert (kept / "pg" / "pgdata" / "PG_VERSION").exists()
+        again = run_kops(*args, "--no-rebuild", "--out", str(tmp_path / "again.json"), timeout=600)
+        assert again.returncode == 0, again.output
+        (measured,) = json.loads((tmp_path / "again.json").read_text())
+        assert measured["settings"]["reused_database"] is True
+        assert measured["settings"]["rebuilt_side_indexes"] is False
+        assert measured["index_build_s"] == 0  # the graphs as kept
+        assert measured["write_s"] < written["write_s"]  # nothing written
+        assert measured["disk_mb"] == pytest.approx(written["disk_mb"], rel=0.2)  # no copy
+        assert min(measured["recall_at_10"].values()) >= 0.9
+        # one folder holds one topology's database
+        both = run_kops(
+            "bench", "search", "--chunks", "3000", "--collections", str(EVAL),
+            "--keep", str(kept), timeout=120,
+        )  # fmt: skip
+        assert both.returncode != 0
+        assert "give --topology too" in both.output
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def test_bench_search_refuses_an_hnsw_sweep_it_cannot_build() -> None:

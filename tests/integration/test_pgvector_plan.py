@@ -13,7 +13,12 @@ import pytest
 from knowledgeops.db.engine import Database
 from knowledgeops.ingest.index.base import IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.filters import SearchFilter
-from knowledgeops.ingest.index.pgvector import HNSW_EF_SEARCH, HNSW_MAX_EF_SEARCH, PgVectorIndex
+from knowledgeops.ingest.index.pgvector import (
+    HNSW_EF_FUSED,
+    HNSW_EF_SEARCH,
+    HNSW_MAX_EF_SEARCH,
+    PgVectorIndex,
+)
 from tests.fixtures.rows import insert_dataset, insert_document
 
 pytestmark = [pytest.mark.postgres]
@@ -103,6 +108,8 @@ def test_a_large_dataset_walks_its_own_graph(shared) -> None:
     with index.db.read() as conn:
         ef = index.ef_search(conn, large, 10, None)
     assert ef == HNSW_EF_SEARCH  # the whole partition passes: no widening
+    with index.db.read() as conn:  # a hybrid search's vector list walks from its own breadth
+        assert index.ef_search(conn, large, 40, None, fused=True) == HNSW_EF_FUSED
     plan = index.explain_vector(large, query(), 10)
     assert f"Index Scan using {hnsw_of(index, large)}" in plan, plan
     assert index.partition(small) not in plan, plan  # the other dataset is never read
@@ -143,6 +150,10 @@ def test_a_filter_still_returns_top_k(shared) -> None:
         ef = index.ef_search(conn, large, 10, half)
     assert ef is not None
     assert ef == int(HNSW_EF_SEARCH * math.sqrt(2))
+    with index.db.read() as conn:
+        assert index.ef_search(conn, large, 40, half, fused=True) == int(
+            HNSW_EF_FUSED * math.sqrt(2)
+        )
     with index.db.read() as conn:  # … and far enough that twice k of its rows pass
         assert index.ef_search(conn, large, 150, half) == 600
         assert index.ef_search(conn, large, 300, half) == HNSW_MAX_EF_SEARCH  # pgvector's cap

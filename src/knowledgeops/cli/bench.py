@@ -285,15 +285,16 @@ def bench_search(
     keep: Annotated[
         Path | None,
         typer.Option(
-            help="Keep the embedded database in this folder; a later run of as many chunks "
-            "measures it again without writing it."
+            help="Keep the database (SQLite, or the PostgreSQL server's data) in this folder, "
+            "with one --topology; a later run of as many chunks measures it again without "
+            "writing it."
         ),
     ] = None,
     rebuild: Annotated[
         bool,
         typer.Option(
-            help="On a kept database, build the graphs and the keyword index again (timed); "
-            "--no-rebuild loads them as they were kept."
+            help="On a kept database, build the graphs (pgvector's HNSW) and the keyword index "
+            "again (timed); --no-rebuild uses them as they were kept."
         ),
     ] = True,
     hnsw_sweep: Annotated[

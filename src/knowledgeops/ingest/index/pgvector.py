@@ -77,6 +77,7 @@ HNSW_EF_SEARCH = 200  # for a search the whole dataset passes; more for a filter
 # exact top 10, 0.5 (ef 282) 0.9635, as much as the unfiltered walk at 200 (0.9605), for 30%
 # less walk
 FILTER_WIDEN_POWER = 0.5
+HNSW_EF_FUSED = 200  # the same for a hybrid search's vector list (widened for a filter alike)
 HNSW_MAX_EF_SEARCH = 1000  # pgvector's limit
 EXACT_SHARE = 0.1  # a filter admitting under this share of the dataset is searched exactly
 EXACT_MAX_ROWS = 5_000  # … and so is a dataset (or a filter's share) under this many chunks
@@ -523,10 +524,10 @@ class PgVectorIndex:
         k: int,
         where: SearchFilter | None = None,
         *,
-        fused: bool = False,  # the same walk: its hybrid's cost is the keyword list's
+        fused: bool = False,  # a hybrid search's list: walks from HNSW_EF_FUSED
     ) -> list[Hit]:
         with self.db.read() as conn:
-            ef_search = self.ef_search(conn, dataset_id, k, where)
+            ef_search = self.ef_search(conn, dataset_id, k, where, fused=fused)
             if ef_search is not None:
                 query, params = self._vector_query(dataset_id, vector, k, where, walk=True)
                 conn.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {ef_search}")
@@ -587,7 +588,13 @@ class PgVectorIndex:
         return query, params
 
     def ef_search(
-        self, conn: Tx, dataset_id: str, k: int, where: SearchFilter | None
+        self,
+        conn: Tx,
+        dataset_id: str,
+        k: int,
+        where: SearchFilter | None,
+        *,
+        fused: bool = False,
     ) -> int | None:
         """The HNSW walk's breadth for a search of `dataset_id`, or None for an exact search.
 
@@ -605,7 +612,8 @@ class PgVectorIndex:
         share = min(1.0, float(admitted) / float(dataset))
         if share < EXACT_SHARE:
             return None
-        wanted = max(HNSW_EF_SEARCH / share**FILTER_WIDEN_POWER, 2 * k / share)
+        base = HNSW_EF_FUSED if fused else HNSW_EF_SEARCH
+        wanted = max(base / share**FILTER_WIDEN_POWER, 2 * k / share)
         return int(min(HNSW_MAX_EF_SEARCH, wanted))
 
     def search_keyword(

@@ -346,9 +346,13 @@ def _folder_mb(path: Path) -> float:
 
 def _kept_chunks(db: Database) -> int:
     with db.read() as conn:
-        found = conn.exec_driver_sql(
-            "SELECT coalesce(sum(chunk_count), 0) FROM documents WHERE dataset_id IN (?, ?)",
-            tuple(_datasets(db, write=False)),
+        large, small = _datasets(db, write=False)
+        found = conn.execute(
+            text(
+                "SELECT coalesce(sum(chunk_count), 0) FROM documents "
+                "WHERE dataset_id IN (:large, :small)"
+            ),
+            {"large": large, "small": small},
         ).scalar()
     return int(found or 0)
 
@@ -992,15 +996,51 @@ def _ef_sweep(
 
 
 FUSED_SWEEP = (128, 256, 512, 1024)
+PG_FUSED_SWEEP = (100, 140, 200)
 
 
 def _fused_sweep(
     index: SqliteIndex, corpus: Corpus, dataset_id: str, questions: Sequence[str]
 ) -> dict[str, dict[str, float]]:
-    """The walk of a hybrid search's vector list (EXPANSION_FUSED): hybrid p50, p95 and the
-    fused top 10's recall against the one the exact vector list gives, on the large dataset."""
+    """The walk of a hybrid search's vector list (EXPANSION_FUSED) on the embedded graph."""
     if not index.graphs.ready(dataset_key(dataset_id)):
         return {}
+    chosen = graphs.EXPANSION_FUSED
+
+    def apply(breadth: int) -> None:
+        graphs.EXPANSION_FUSED = breadth
+
+    try:
+        return _hybrid_sweep(index, corpus, dataset_id, questions, FUSED_SWEEP, apply)
+    finally:
+        apply(chosen)
+
+
+def _pg_fused_sweep(
+    index: PgVectorIndex, corpus: Corpus, dataset_id: str, questions: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """pgvector's walk of a hybrid search's vector list (HNSW_EF_FUSED)."""
+    chosen = pgvector.HNSW_EF_FUSED
+
+    def apply(breadth: int) -> None:
+        pgvector.HNSW_EF_FUSED = breadth
+
+    try:
+        return _hybrid_sweep(index, corpus, dataset_id, questions, PG_FUSED_SWEEP, apply)
+    finally:
+        apply(chosen)
+
+
+def _hybrid_sweep(
+    index: ChunkIndex,
+    corpus: Corpus,
+    dataset_id: str,
+    questions: Sequence[str],
+    breadths: Sequence[int],
+    apply: Callable[[int], None],
+) -> dict[str, dict[str, float]]:
+    """Hybrid search of the large dataset at each breadth `apply` sets for its vector list:
+    p50, p95 and the fused top 10's recall against the one the exact vector list gives."""
     vectors = [HashingEmbedder(DIMENSION).vector(q) for q in questions]
     chunk_ids = _chunk_ids(corpus)
     rows = np.nonzero(corpus.dataset_of == 0)[0]
@@ -1014,11 +1054,10 @@ def _fused_sweep(
         for n, q in enumerate(questions)
     ]
     pool = ThreadPoolExecutor(1, thread_name_prefix="bench-fused")
-    chosen = graphs.EXPANSION_FUSED
     out = {}
     try:
-        for breadth in FUSED_SWEEP:
-            graphs.EXPANSION_FUSED = breadth
+        for breadth in breadths:
+            apply(breadth)
             took, recall = [], []
             for n, question in enumerate(questions):
                 began = time.perf_counter()
@@ -1034,7 +1073,6 @@ def _fused_sweep(
                 "hybrid_recall": round(float(np.mean(recall)), 4) if recall else 0.0,
             }
     finally:
-        graphs.EXPANSION_FUSED = chosen
         pool.shutdown()
     return out
 
@@ -1125,10 +1163,12 @@ def _pg_filter_sweep(
 def _pg_breadth_sweeps(
     index: PgVectorIndex, corpus: Corpus, dataset_id: str, questions: Sequence[str]
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """The walk's breadth swept, without a filter and with one (after the table)."""
+    """The walk's breadth swept, without a filter, with one, and for hybrid's vector list
+    (after the table)."""
     return {
         "ef_search_sweep": _pg_ef_sweep(index, corpus, dataset_id, questions),
         "filter_widen_sweep": _pg_filter_sweep(index, corpus, dataset_id, questions),
+        "fused_sweep": _pg_fused_sweep(index, corpus, dataset_id, questions),
     }
 
 
@@ -1260,9 +1300,17 @@ def bench_scaleout(
     chunks: int,
     questions: list[str],
     hnsw_builds: Sequence[tuple[int, int]] = (),
+    keep: Path | None = None,
+    *,
+    rebuild: bool = True,
 ) -> SearchFigures:
+    """With `keep`, the PostgreSQL server's data and the keyword index stay in that folder, and
+    a later run of as many chunks measures them again without writing the chunks: pgvector's
+    graphs and the keyword index are built again and timed, or, without `rebuild`, used as
+    they were kept (the first searches then read them from disk, as after a restart)."""
     figures = SearchFigures("scale-out", chunks, len(questions))
-    folder = Path(tempfile.mkdtemp(prefix="kops-bench-search-pg-"))
+    folder = keep or Path(tempfile.mkdtemp(prefix="kops-bench-search-pg-"))
+    folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o755)  # PostgreSQL runs as `postgres` when we are root
     server = LocalPostgres(folder / "pg", port=free_port(), database="bench", durable=False)
     server.init()
@@ -1273,59 +1321,108 @@ def bench_scaleout(
         _tune(server)
         db = Database(server.url())
         upgrade(db.engine)
+        reuse = keep is not None and _kept_chunks(db) == chunks
+        if keep is not None and not reuse and _kept_chunks(db):
+            raise ValueError(f"{keep} holds another corpus: give an empty folder")
+        if reuse and rebuild:
+            _forget_pg_keywords(db, folder / "keywords")
         index = PgVectorIndex(db, DIMENSION, keyword_folder=folder / "keywords")
         index.ensure()
-        hnsw = f"ix_{index.table}_hnsw"
-        with db.write() as tx:  # written without it, then built at once (as a bulk load would)
-            tx.exec_driver_sql(f"DROP INDEX {hnsw}")
-        dataset_ids = _datasets(db)
+        build = not reuse or rebuild
+        if build:  # written without it, then built at once (as a bulk load would)
+            with db.write() as tx:
+                tx.exec_driver_sql(f"DROP INDEX ix_{index.table}_hnsw")
+        dataset_ids = _datasets(db, write=not reuse)
         passages = Passages(faq_pages(root), DIMENSION)
         began = time.perf_counter()
-        corpus = _write(index, db, passages, chunks, dataset_ids)
+        corpus = _write(index, db, passages, chunks, dataset_ids, write=not reuse)
         figures.write_s = round(time.perf_counter() - began, 1)
-        began = time.perf_counter()
-        with db.write() as tx:
-            tx.exec_driver_sql(index.hnsw_ddl())
-            tx.exec_driver_sql(f"ANALYZE {index.table}")
-            tx.exec_driver_sql("ANALYZE chunks")
-            tx.exec_driver_sql("ANALYZE documents")
-        figures.index_build_s = round(time.perf_counter() - began, 1)
-        with db.read() as conn:
-            size = conn.execute(  # the index is partitioned: each dataset's graph, summed
-                text(
-                    "SELECT (SELECT coalesce(sum(pg_relation_size(inhrelid)), 0) FROM "
-                    "pg_inherits WHERE inhparent = to_regclass(:i)), "
-                    "pg_database_size(current_database())"
-                ),
-                {"i": hnsw},
-            ).one()
-        figures.index_memory_mb = round(int(size[0]) / 1e6, 1)  # what shared buffers must hold
-        figures.disk_mb = round(int(size[1]) / 1e6, 1)
-        figures.settings = {
-            "m": pgvector.HNSW_M,
-            "ef_construction": pgvector.HNSW_EF_CONSTRUCTION,
-            "ef_search": pgvector.HNSW_EF_SEARCH,
-            "filter_widen_power": pgvector.FILTER_WIDEN_POWER,
-            "keyword_min_chunks": index.keyword_min_chunks,
-        }
+        figures.settings["reused_database"] = reuse
+        figures.settings["rebuilt_side_indexes"] = build
+        if build:
+            _build_hnsw(figures, db, index)
+        _pg_sizes(figures, db, index)
         if chunks >= index.keyword_min_chunks:
             _build_pg_keywords(figures, index, folder / "keywords")
-        _measure(figures, index, corpus, dataset_ids, questions, HashingEmbedder(DIMENSION))
-        figures.settings.update(_pg_breadth_sweeps(index, corpus, dataset_ids[0], questions))
-        if index.keywords is not None and index.keywords.ready:
-            _measure_pg_keywords(figures, db, index, dataset_ids, questions)
-        if hnsw_builds:
-            figures.settings["hnsw_sweep"] = _hnsw_sweep(
-                db, index, corpus, dataset_ids[0], questions, hnsw_builds
-            )
+        _measure_scaleout(figures, db, index, corpus, dataset_ids, questions, hnsw_builds)
     finally:
         if index is not None:
             index.close()
         if db is not None:
             db.dispose()
         server.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+        if keep is None:
+            shutil.rmtree(folder, ignore_errors=True)
     return figures
+
+
+def _measure_scaleout(
+    figures: SearchFigures,
+    db: Database,
+    index: PgVectorIndex,
+    corpus: Corpus,
+    dataset_ids: Sequence[str],
+    questions: Sequence[str],
+    hnsw_builds: Sequence[tuple[int, int]],
+) -> None:
+    _measure(figures, index, corpus, dataset_ids, questions, HashingEmbedder(DIMENSION))
+    figures.settings.update(_pg_breadth_sweeps(index, corpus, dataset_ids[0], questions))
+    if index.keywords is not None and index.keywords.ready:
+        _measure_pg_keywords(figures, db, index, dataset_ids, questions)
+    if hnsw_builds:
+        figures.settings["hnsw_sweep"] = _hnsw_sweep(
+            db, index, corpus, dataset_ids[0], questions, hnsw_builds
+        )
+
+
+def _forget_pg_keywords(db: Database, folder: Path) -> None:
+    """A kept server's keyword index is forgotten, so it is built again (and timed) as by a
+    first API process: its folder, and its state rows of whichever version."""
+    shutil.rmtree(folder, ignore_errors=True)
+    with db.write() as tx:
+        names = tx.execute(
+            text("SELECT tablename FROM pg_tables WHERE tablename LIKE :kept"),
+            {"kept": "%\\_keywords\\_%"},
+        ).scalars()
+        for name in list(names):
+            tx.exec_driver_sql(f"DELETE FROM {name}")
+
+
+def _build_hnsw(figures: SearchFigures, db: Database, index: PgVectorIndex) -> None:
+    """pgvector's graphs built over the written chunks at once, and timed."""
+    began = time.perf_counter()
+    with db.write() as tx:
+        tx.exec_driver_sql(index.hnsw_ddl())
+        tx.exec_driver_sql(f"ANALYZE {index.table}")
+        tx.exec_driver_sql("ANALYZE chunks")
+        tx.exec_driver_sql("ANALYZE documents")
+    figures.index_build_s = round(time.perf_counter() - began, 1)
+
+
+def _pg_sizes(figures: SearchFigures, db: Database, index: PgVectorIndex) -> None:
+    """The graphs' size (what shared buffers must hold), the database's, and the settings."""
+    with db.read() as conn:
+        size = conn.execute(  # the index is partitioned: each dataset's graph, summed
+            text(
+                "SELECT (SELECT coalesce(sum(pg_relation_size(inhrelid)), 0) FROM "
+                "pg_inherits WHERE inhparent = to_regclass(:i)), "
+                "pg_database_size(current_database()), current_setting('shared_buffers')"
+            ),
+            {"i": f"ix_{index.table}_hnsw"},
+        ).one()
+    figures.index_memory_mb = round(int(size[0]) / 1e6, 1)
+    figures.disk_mb = round(int(size[1]) / 1e6, 1)
+    figures.settings.update(
+        {
+            "m": pgvector.HNSW_M,
+            "ef_construction": pgvector.HNSW_EF_CONSTRUCTION,
+            "ef_search": pgvector.HNSW_EF_SEARCH,
+            "ef_fused": pgvector.HNSW_EF_FUSED,
+            "filter_widen_power": pgvector.FILTER_WIDEN_POWER,
+            "keyword_min_chunks": index.keyword_min_chunks,
+            "shared_buffers": str(size[2]),
+        }
+    )
 
 
 def run_search_bench(
@@ -1339,6 +1436,8 @@ def run_search_bench(
     hnsw_builds: Sequence[tuple[int, int]] = (),
     ingest_rounds: int = 0,
 ) -> list[SearchFigures]:
+    if keep is not None and len(topologies) > 1:
+        raise ValueError("a kept folder holds one topology's database: give --topology too")
     asked = _questions(root)
     picked = [asked[n % len(asked)] for n in range(0, len(asked), max(1, len(asked) // questions))]
     picked = picked[:questions]
@@ -1351,7 +1450,7 @@ def run_search_bench(
                 )
             )
         else:
-            out.append(bench_scaleout(root, chunks, picked, hnsw_builds))
+            out.append(bench_scaleout(root, chunks, picked, hnsw_builds, keep, rebuild=rebuild))
     return out
 
 
