@@ -63,13 +63,14 @@ def test_eval_measures_every_mode_and_fails_below_a_threshold(tmp_path: Path) ->
     assert "debian-faq-zh-cn (" in result.output  # the printed table
 
 
+@pytest.mark.timeout(900)  # both topologies, their sweeps, and ingestion through the real model
 def test_bench_search_measures_both_topologies_at_a_given_number_of_chunks(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "search.json"
     result = run_kops(
         "bench", "search", "--chunks", "6000", "--questions", "20", "--collections", str(EVAL),
-        "--hnsw-sweep", "8:16,16:32", "--ingest-rounds", "2", "--out", str(out), timeout=600,
+        "--hnsw-sweep", "8:16,16:32", "--ingest-rounds", "2", "--out", str(out), timeout=850,
     )  # fmt: skip
     assert result.returncode == 0, result.output
     figures = {f["topology"]: f for f in json.loads(out.read_text())}

@@ -151,7 +151,7 @@ def test_a_filter_still_returns_top_k(shared) -> None:
     assert ef is not None
     assert ef == int(HNSW_EF_SEARCH * math.sqrt(2))
     with index.db.read() as conn:
-        assert index.ef_search(conn, large, 40, half, fused=True) == int(
+        assert index.ef_search(conn, large, 10, half, fused=True) == int(
             HNSW_EF_FUSED * math.sqrt(2)
         )
     with index.db.read() as conn:  # … and far enough that twice k of its rows pass

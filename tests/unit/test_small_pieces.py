@@ -142,6 +142,8 @@ def test_score_fusion_weighs_scores_and_the_words_a_keyword_hit_holds() -> None:
     assert fused[1].score == pytest.approx(0.5 * 0.0 + 0.5 * 1.0 * 1.0**2)
     # b is missing from the keyword list: its vector share only
     assert fused[2].score == pytest.approx(0.5 * (0.79 - 0.40) / (0.80 - 0.40))
+    # a limit keeps the best so many, in the same order and with the same scores
+    assert score_fusion(query, vector, keyword, 0.5, limit=2) == fused[:2]
     assert score_fusion(query, [], [], 0.5) == []
     assert [h.chunk_id for h in score_fusion(query, vector, [], 0.9)] == ["a", "b", "c"]
 

@@ -65,7 +65,11 @@ def _over_best(hits: Sequence[Hit]) -> dict[str, float]:
 
 
 def score_fusion(
-    query: str, vector: Sequence[Hit], keyword: Sequence[Hit], vector_weight: float
+    query: str,
+    vector: Sequence[Hit],
+    keyword: Sequence[Hit],
+    vector_weight: float,
+    limit: int | None = None,
 ) -> list[Hit]:
     """Fuse the two rankings by their scores: w·v + (1 − w)·k·c², where v is the vector score
     scaled over the candidates, k the keyword score over the best, and c the share of the
@@ -91,7 +95,7 @@ def score_fusion(
         scores[hit.chunk_id] = (1.0 - vector_weight) * over_best[hit.chunk_id] * share * share
     for hit in vector:
         scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + vector_weight * spread[hit.chunk_id]
-    fused = sorted(scores, key=lambda chunk_id: (-scores[chunk_id], best[chunk_id]))
+    fused = sorted(scores, key=lambda chunk_id: (-scores[chunk_id], best[chunk_id]))[:limit]
     return [_rescored(first_seen[chunk_id], scores[chunk_id]) for chunk_id in fused]
 
 
@@ -139,7 +143,7 @@ class Search:
             words = self._pool.submit(self.index.search_keyword, dataset_id, query, wanted, where)
             nearest = self._nearest(dataset_id, query, held, wanted, where, fused=True)
             weight = self.models.fusion_weight(held[0] if len(held) == 1 else model)
-            hits = score_fusion(query, nearest, words.result(), weight)[:top_k]
+            hits = score_fusion(query, nearest, words.result(), weight, limit=top_k)
         return self._with_names(tenant, dataset_id, hits)
 
     def _nearest(

@@ -255,7 +255,7 @@ def _measure(
                 words = pool.submit(index.search_keyword, d, questions[q], HYBRID_CANDIDATES, w)
                 nearest = index.search_vector(d, vectors[q], HYBRID_CANDIDATES, w, fused=True)
                 kept[q] = (nearest, words.result())
-                return score_fusion(questions[q], nearest, kept[q][1], VECTOR_WEIGHT)[:TOP_K]
+                return score_fusion(questions[q], nearest, kept[q][1], VECTOR_WEIGHT, TOP_K)
 
             modes: dict[str, Callable[[int], list[Hit]]] = {
                 "vector": vector_search,
@@ -1063,7 +1063,7 @@ def _hybrid_sweep(
                 began = time.perf_counter()
                 keyword = pool.submit(index.search_keyword, dataset_id, question, HYBRID_CANDIDATES)
                 nearest = index.search_vector(dataset_id, vectors[n], HYBRID_CANDIDATES, fused=True)
-                hits = score_fusion(question, nearest, keyword.result(), VECTOR_WEIGHT)[:TOP_K]
+                hits = score_fusion(question, nearest, keyword.result(), VECTOR_WEIGHT, TOP_K)
                 took.append((time.perf_counter() - began) * 1000)
                 if wanted[n]:
                     recall.append(len(wanted[n] & {h.chunk_id for h in hits}) / len(wanted[n]))
