@@ -1324,8 +1324,9 @@ def bench_scaleout(
         reuse = keep is not None and _kept_chunks(db) == chunks
         if keep is not None and not reuse and _kept_chunks(db):
             raise ValueError(f"{keep} holds another corpus: give an empty folder")
-        if reuse and rebuild:
-            _forget_pg_keywords(db, folder / "keywords")
+        if reuse and rebuild:  # the keyword index's folder holds its state as well
+            # (pg_changes.STATE_FILE): without it, it is built again as by a first API process
+            shutil.rmtree(folder / "keywords", ignore_errors=True)
         index = PgVectorIndex(db, DIMENSION, keyword_folder=folder / "keywords")
         index.ensure()
         build = not reuse or rebuild
@@ -1373,19 +1374,6 @@ def _measure_scaleout(
         figures.settings["hnsw_sweep"] = _hnsw_sweep(
             db, index, corpus, dataset_ids[0], questions, hnsw_builds
         )
-
-
-def _forget_pg_keywords(db: Database, folder: Path) -> None:
-    """A kept server's keyword index is forgotten, so it is built again (and timed) as by a
-    first API process: its folder, and its state rows of whichever version."""
-    shutil.rmtree(folder, ignore_errors=True)
-    with db.write() as tx:
-        names = tx.execute(
-            text("SELECT tablename FROM pg_tables WHERE tablename LIKE :kept"),
-            {"kept": "%\\_keywords\\_%"},
-        ).scalars()
-        for name in list(names):
-            tx.exec_driver_sql(f"DELETE FROM {name}")
 
 
 def _build_hnsw(figures: SearchFigures, db: Database, index: PgVectorIndex) -> None:
