@@ -1005,30 +1005,8 @@ def _fused_sweep(
     """The walk of a hybrid search's vector list (EXPANSION_FUSED) on the embedded graph."""
     if not index.graphs.ready(dataset_key(dataset_id)):
         return {}
-    chosen = graphs.EXPANSION_FUSED
-
-    def apply(breadth: int) -> None:
-        graphs.EXPANSION_FUSED = breadth
-
-    try:
-        return _hybrid_sweep(index, corpus, dataset_id, questions, FUSED_SWEEP, apply)
-    finally:
-        apply(chosen)
-
-
-def _pg_fused_sweep(
-    index: PgVectorIndex, corpus: Corpus, dataset_id: str, questions: Sequence[str]
-) -> dict[str, dict[str, float]]:
-    """pgvector's walk of a hybrid search's vector list (HNSW_EF_FUSED)."""
-    chosen = pgvector.HNSW_EF_FUSED
-
-    def apply(breadth: int) -> None:
-        pgvector.HNSW_EF_FUSED = breadth
-
-    try:
-        return _hybrid_sweep(index, corpus, dataset_id, questions, PG_FUSED_SWEEP, apply)
-    finally:
-        apply(chosen)
+    setting = (graphs, "EXPANSION_FUSED")
+    return _hybrid_sweep(index, corpus, dataset_id, questions, FUSED_SWEEP, setting)
 
 
 def _hybrid_sweep(
@@ -1037,10 +1015,13 @@ def _hybrid_sweep(
     dataset_id: str,
     questions: Sequence[str],
     breadths: Sequence[int],
-    apply: Callable[[int], None],
+    setting: tuple[Any, str],
 ) -> dict[str, dict[str, float]]:
-    """Hybrid search of the large dataset at each breadth `apply` sets for its vector list:
-    p50, p95 and the fused top 10's recall against the one the exact vector list gives."""
+    """Hybrid search of the large dataset at each breadth of its vector list's walk, the module
+    constant `setting` (module, name) set to each in turn and restored after: p50, p95 and the
+    fused top 10's recall against the one the exact vector list gives."""
+    module, name = setting
+    chosen = getattr(module, name)
     vectors = [HashingEmbedder(DIMENSION).vector(q) for q in questions]
     chunk_ids = _chunk_ids(corpus)
     rows = np.nonzero(corpus.dataset_of == 0)[0]
@@ -1057,7 +1038,7 @@ def _hybrid_sweep(
     out = {}
     try:
         for breadth in breadths:
-            apply(breadth)
+            setattr(module, name, breadth)
             took, recall = [], []
             for n, question in enumerate(questions):
                 began = time.perf_counter()
@@ -1073,6 +1054,7 @@ def _hybrid_sweep(
                 "hybrid_recall": round(float(np.mean(recall)), 4) if recall else 0.0,
             }
     finally:
+        setattr(module, name, chosen)
         pool.shutdown()
     return out
 
@@ -1168,7 +1150,9 @@ def _pg_breadth_sweeps(
     return {
         "ef_search_sweep": _pg_ef_sweep(index, corpus, dataset_id, questions),
         "filter_widen_sweep": _pg_filter_sweep(index, corpus, dataset_id, questions),
-        "fused_sweep": _pg_fused_sweep(index, corpus, dataset_id, questions),
+        "fused_sweep": _hybrid_sweep(
+            index, corpus, dataset_id, questions, PG_FUSED_SWEEP, (pgvector, "HNSW_EF_FUSED")
+        ),
     }
 
 
