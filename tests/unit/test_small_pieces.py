@@ -36,6 +36,7 @@ from knowledgeops.ingest.index.terms import (
 from knowledgeops.jobs.classify import classify
 from knowledgeops.lab.bench.passages import faq_pages
 from knowledgeops.lab.embedders import HashingEmbedder
+from knowledgeops.service import search as search_module
 from knowledgeops.service.search import merge_scaled, score_fusion
 from knowledgeops.service.uploads import check_idempotency_key, display_name
 from knowledgeops.settings import Settings, load_settings
@@ -146,6 +147,53 @@ def test_score_fusion_weighs_scores_and_the_words_a_keyword_hit_holds() -> None:
     assert score_fusion(query, vector, keyword, 0.5, limit=2) == fused[:2]
     assert score_fusion(query, [], [], 0.5) == []
     assert [h.chunk_id for h in score_fusion(query, vector, [], 0.9)] == ["a", "b", "c"]
+
+
+def test_a_limited_fusion_looks_at_fewer_texts_and_returns_what_scoring_every_hit_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # lists like a hybrid search's: 40 a side, overlapping, keyword texts holding some of the
+    # question's words; scores drawn with ties, so the tie order is checked too
+    rng = random.Random(5)
+    words = ["etcd", "rotate", "certificates", "backup", "restore", "kubelet", "yearly"]
+    looked = 0
+
+    def counted(query_words: list[str], text: str) -> float:
+        nonlocal looked
+        looked += 1
+        return coverage(query_words, text)
+
+    monkeypatch.setattr(search_module, "coverage", counted)
+    pruned = 0
+    for _ in range(300):
+        pool = [f"c{n}" for n in range(70)]
+        vector = [hit(c, round(rng.uniform(0.2, 0.9), 2)) for c in rng.sample(pool, 40)]
+        vector.sort(key=lambda h: -h.score)
+        keyword = [
+            Hit(
+                c,
+                "doc",
+                0,
+                " ".join(rng.sample(words, rng.randint(1, 5))),
+                None,
+                None,
+                None,
+                float(rng.randint(1, 12)),
+            )
+            for c in rng.sample(pool, rng.randint(0, 40))
+        ]
+        keyword.sort(key=lambda h: -h.score)
+        query = " ".join(rng.sample(words, 3))
+        weight = rng.choice([0.3, 0.5, 0.7])
+        looked = 0
+        every = score_fusion(query, vector, keyword, weight)
+        assert looked == len(keyword)
+        for limit in (1, 10, 25):
+            looked = 0
+            assert score_fusion(query, vector, keyword, weight, limit=limit) == every[:limit]
+            pruned += looked < len(keyword)
+    assert pruned > 300  # the bound leaves texts unread in most fusions
+    assert score_fusion("etcd", [hit("a", 0.5)], [hit("a", 1.0)], 0.5, limit=0) == []
 
 
 def test_a_keyword_hit_holding_one_word_of_the_question_does_not_outvote_the_vectors() -> None:

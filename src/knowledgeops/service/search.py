@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -81,20 +82,43 @@ def score_fusion(
     replaces, gives every list equal votes per rank whatever the scores: it lost to the better
     single mode on every collection. Equal scores keep the order the lists gave (the better
     rank first, vector before keyword), so the same lists always fuse into the same order."""
+    if limit is not None and limit <= 0:
+        return []
     spread, over_best = _spread(vector), _over_best(keyword)
     words = query_words(query)
-    scores: dict[str, float] = {}
     first_seen: dict[str, Hit] = {}
     best: dict[str, tuple[int, int]] = {}
     for position, ranking in enumerate((vector, keyword)):
         for rank, hit in enumerate(ranking, start=1):
             first_seen.setdefault(hit.chunk_id, hit)
             best[hit.chunk_id] = min(best.get(hit.chunk_id, (rank, position)), (rank, position))
-    for hit in keyword:
-        share = coverage(words, hit.text)
-        scores[hit.chunk_id] = (1.0 - vector_weight) * over_best[hit.chunk_id] * share * share
-    for hit in vector:
-        scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + vector_weight * spread[hit.chunk_id]
+    texts = {hit.chunk_id: hit.text for hit in keyword}
+    scores = {
+        chunk_id: vector_weight * spread[chunk_id] for chunk_id in spread if chunk_id not in texts
+    }
+    # a keyword hit's score lies between its vector part and that plus its whole keyword part
+    # (the coverage is at most 1): its words are looked for only while it can still reach the
+    # best `limit`, from the highest bound down: a hit left out scores below `limit` hits already
+    # scored, so the fusion returns the same hits, in the same order, as scoring every one
+    bound = {
+        chunk_id: (1.0 - vector_weight) * over_best[chunk_id]
+        + vector_weight * spread.get(chunk_id, 0.0)
+        for chunk_id in texts
+    }
+    kept: list[float] = sorted(scores.values(), reverse=True)[:limit] if limit else []
+    heapq.heapify(kept)
+    for chunk_id in sorted(texts, key=lambda chunk_id: -bound[chunk_id]):
+        if limit is not None and len(kept) >= limit and bound[chunk_id] < kept[0]:
+            break
+        share = coverage(words, texts[chunk_id])
+        score = (1.0 - vector_weight) * over_best[chunk_id] * share * share
+        if chunk_id in spread:
+            score += vector_weight * spread[chunk_id]
+        scores[chunk_id] = score
+        if limit is not None:
+            heapq.heappush(kept, score)
+            if len(kept) > limit:
+                heapq.heappop(kept)
     fused = sorted(scores, key=lambda chunk_id: (-scores[chunk_id], best[chunk_id]))[:limit]
     return [_rescored(first_seen[chunk_id], scores[chunk_id]) for chunk_id in fused]
 
