@@ -12,7 +12,9 @@ filtered runs. The questions are the FAQ's own, in every language.
 Reported per topology: the time to write the chunks and to build the approximate index (the
 embedded graphs, pgvector's HNSW), disk, the memory the index holds, p50/p95 of vector, keyword
 and hybrid search (hybrid as the search service runs it: words and vectors at once, fused by
-score) for both datasets with and without the filter, and recall@10 of vector search against
+score) for both datasets with and without the filter (a second pass over the questions, as a
+server in service answers; the first pass, which reads the index's pages in, is kept as
+`first_pass_ms`), and recall@10 of vector search against
 exact cosine over the same chunks (numpy; a hit counts when its exact score reaches the tenth
 best's, so ties do not count as misses). Latency is the index's own, in process: the query
 embedding and HTTP are left out (they do not grow with the corpus).
@@ -263,23 +265,15 @@ def _measure(
                 "hybrid": hybrid,
             }
             for mode, call in modes.items():
-                for q in range(min(10, len(questions))):  # warm the page cache
-                    call(q)
-                took = []
-                found = []
-                mode_began = time.perf_counter()
-                for q in range(len(questions)):
-                    began = time.perf_counter()
-                    hits = call(q)
-                    took.append((time.perf_counter() - began) * 1000)
-                    found.append(hits)
-                    if len(took) >= MIN_QUESTIONS and began - mode_began > MODE_BUDGET_S:
-                        break  # a slow mode is measured on fewer questions
-                figures.latency_ms[f"{label} {mode}"] = {
-                    "p50": round(percentile(took, 50), 2),
-                    "p95": round(percentile(took, 95), 2),
-                    "questions": len(took),
-                }
+                # a first pass reads the index's pages in (after a restart, from disk or the
+                # page cache into PostgreSQL's shared buffers); the second is a server's in
+                # service, the figure reported; the first is kept beside it
+                first, _ = _passed(call, len(questions))
+                took, found = _passed(call, len(questions))
+                figures.latency_ms[f"{label} {mode}"] = _figures(took)
+                figures.settings.setdefault("first_pass_ms", {})[f"{label} {mode}"] = _figures(
+                    first
+                )
                 if mode == "vector":
                     recall = []
                     for q, hits in enumerate(found):
@@ -309,6 +303,32 @@ def _measure(
                     agreement = figures.settings.setdefault("hybrid_recall_at_10", {})
                     agreement[label] = round(float(np.mean(same)), 4) if same else 0.0
     pool.shutdown()
+
+
+def _passed(
+    call: Callable[[int], list[Hit]], questions: int
+) -> tuple[list[float], list[list[Hit]]]:
+    """One pass of a mode over the questions: each search's milliseconds and hits; a slow mode
+    stops after MIN_QUESTIONS once it has taken MODE_BUDGET_S."""
+    took: list[float] = []
+    found: list[list[Hit]] = []
+    mode_began = time.perf_counter()
+    for q in range(questions):
+        began = time.perf_counter()
+        hits = call(q)
+        took.append((time.perf_counter() - began) * 1000)
+        found.append(hits)
+        if len(took) >= MIN_QUESTIONS and began - mode_began > MODE_BUDGET_S:
+            break
+    return took, found
+
+
+def _figures(took: list[float]) -> dict[str, float]:
+    return {
+        "p50": round(percentile(took, 50), 2),
+        "p95": round(percentile(took, 95), 2),
+        "questions": len(took),
+    }
 
 
 def _chunk_ids(corpus: Corpus) -> list[str]:
