@@ -1257,19 +1257,12 @@ def _gin_keyword(
     plain = PgVectorIndex(db, DIMENSION)
     out = {}
     for n, dataset_id in enumerate(dataset_ids):
-        took: list[float] = []
-        began = time.perf_counter()
-        for question in questions:
-            start = time.perf_counter()
-            plain.search_keyword(dataset_id, question, TOP_K)
-            took.append((time.perf_counter() - start) * 1000)
-            if len(took) >= MIN_QUESTIONS and start - began > MODE_BUDGET_S:
-                break
-        out["large" if n == 0 else "small"] = {
-            "p50": round(percentile(took, 50), 2),
-            "p95": round(percentile(took, 95), 2),
-            "questions": len(took),
-        }
+
+        def keyword(q: int, d: str = dataset_id) -> list[Hit]:
+            return plain.search_keyword(d, questions[q], TOP_K)
+
+        took, _ = _passed(keyword, len(questions))
+        out["large" if n == 0 else "small"] = _figures(took)
     return out
 
 
