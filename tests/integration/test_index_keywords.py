@@ -12,10 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tantivy
 
 from knowledgeops.db.engine import Database
 from knowledgeops.ingest.index import graphs, keywords, terms
 from knowledgeops.ingest.index.filters import SearchFilter
+from knowledgeops.ingest.index.keys import dataset_key
 from knowledgeops.ingest.index.keywords import tokens
 from knowledgeops.ingest.index.sqlite import SqliteIndex, side_folder
 from knowledgeops.lab.bench.search import _keyword_budget_sweep
@@ -98,6 +100,49 @@ def test_another_datasets_words_do_not_move_a_datasets_ranking(setup) -> None:
     kept(index)
     assert found(index, dataset, "alpha gamma", k=3) == alone
     assert len(found(index, other, "gamma", k=100)) == 60
+
+
+def test_the_shards_rank_the_chunks_as_one_index_of_their_words_would(setup) -> None:
+    """The chunks are split in shards, each with its own terms, so a word's count of chunks
+    differs from shard to shard; the boosts give each shard the dataset's idf. Every chunk that
+    holds a word of the question scores as in one Tantivy index of the same words (one chunk
+    holds "okapi", so the other shard has no term of it), and both shards answer."""
+    index, dataset = setup
+    with index.db.write() as conn:
+        document = insert_document(conn, dataset)
+    rng = np.random.default_rng(31)
+    bodies = [" ".join(rng.choice(WORDS[:60], size=int(rng.integers(4, 40)))) for _ in range(300)]
+    write(index, dataset, document, 1, [*bodies, "the okapi w1 w7"])
+    kept(index)
+    reference = tantivy.Index(keywords._schema())
+    writer = reference.writer(heap_size=15_000_000, num_threads=1)
+    with index.db.read() as conn:
+        rows = conn.exec_driver_sql("SELECT seq, text FROM chunks").all()
+    for seq, body in rows:
+        writer.add_document(tantivy.Document(text=" ".join(tokens(body)), seq=seq, dataset=0))
+    writer.commit()
+    reference.reload()
+    searcher = reference.searcher()
+    for question in ("okapi w1 w7", "w3 w11 w29 w40", "w59"):
+        words = terms.query_terms(question)
+        query = tantivy.Query.boolean_query(
+            [
+                (tantivy.Occur.Should, tantivy.Query.term_query(keywords._schema(), "text", word))
+                for word in keywords.query_tokens(words)
+            ]
+        )
+        one = dict(keywords._top(searcher, query, len(rows)))
+        with index.db.read() as conn:
+            found = index.keywords.candidates(conn, dataset_key(dataset), words, len(rows))
+        assert found is not None
+        shards = dict(found.scored)
+        assert shards.keys() == one.keys()
+        assert {seq % keywords.SHARDS for seq in shards} == set(range(keywords.SHARDS))
+        for seq, score in one.items():
+            assert shards[seq] == pytest.approx(score, rel=1e-5)
+        ranked = [seq for seq, _ in found.scored]
+        assert ranked == sorted(one, key=lambda seq: (-shards[seq], seq))
+        assert found.ranked == len(one)
 
 
 def test_a_chunk_is_found_before_the_index_holds_it_and_a_dropped_one_never(setup) -> None:

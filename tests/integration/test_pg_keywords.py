@@ -7,6 +7,7 @@ damaged, is built again."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ import pytest
 from sqlalchemy import text
 
 from knowledgeops.db.engine import Database
+from knowledgeops.ingest.index import keywords as keywords_module
 from knowledgeops.ingest.index import pg_changes
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.pgvector import PgVectorIndex
@@ -202,7 +204,9 @@ def test_two_processes_keep_an_index_each(setup, tmp_path: Path) -> None:
         other.close()
 
 
-@pytest.mark.parametrize("reason", ["pruned", "another database", "damaged", "unsaved"])
+@pytest.mark.parametrize(
+    "reason", ["pruned", "another database", "damaged", "unsaved", "older terms"]
+)
 def test_an_index_that_cannot_be_trusted_is_built_again(setup, tmp_path: Path, reason: str) -> None:
     index, dataset = setup
     first, later = documents(index.db, dataset, 2)
@@ -218,6 +222,11 @@ def test_an_index_that_cannot_be_trusted_is_built_again(setup, tmp_path: Path, r
             tx.exec_driver_sql(f"UPDATE {index.table}_log_origin SET origin = gen_random_uuid()")
     elif reason == "damaged":
         (slot / "index" / "meta.json").write_text("{ torn")
+    elif reason == "older terms":  # made before the terms or their shards changed
+        state = json.loads((slot / pg_changes.STATE_FILE).read_text("utf-8"))
+        assert state["terms"] == keywords_module.terms_version()
+        state["terms"] = "t2k2"
+        (slot / pg_changes.STATE_FILE).write_text(json.dumps(state), "utf-8")
     else:  # killed during a build: the state is written only after the build's commit
         (slot / pg_changes.STATE_FILE).unlink()
     again = make(index.db, tmp_path / "keywords")

@@ -6,13 +6,22 @@ its SQLite file (`SqliteChanges` below); each scale-out API process keeps one be
 
 SQLite's FTS5 ranks every chunk that holds a word of the question, in every dataset, before a
 search can keep its own dataset's best: at a million chunks that is a second a search. Tantivy
-(a Rust Lucene, its BM25 with block-max WAND) reads only what can reach the top. Each term is
-held as `<dataset key>:<word>`, so a search is a plain disjunction of its dataset's terms, which
-block-max WAND prunes (asking for `+dataset +(word word …)` made an intersection that Tantivy
-scores match by match: 8.9 ms against 2.8 at 300,000 chunks), and the BM25 statistics of a
-word are its dataset's, as they would be in an index of its own: no tenant's words move
-another's ranking. Below `KEYWORD_MIN_CHUNKS` chunks in the whole table the engine's own
-full-text search is fast enough and this index is not made.
+(a Rust Lucene) reads only the question's terms of the question's dataset: each term is held as
+`<dataset key>.<shard>:<word>`, so a search is a plain disjunction of its dataset's terms
+(asking for `+dataset +(word word …)` made an intersection that Tantivy scores match by match:
+8.9 ms against 2.8 at 300,000 chunks), and the BM25 statistics of a word are its dataset's, as
+they would be in an index of its own: no tenant's words move another's ranking. Below
+`KEYWORD_MIN_CHUNKS` chunks in the whole table the engine's own full-text search is fast enough
+and this index is not made.
+
+tantivy-py collects every search through a `MultiCollector`, which scores every posting of the
+terms asked (Tantivy's block-max WAND runs only for its plain top-docs collector): a search's
+cost is the postings of its words. So the question's rarest words are asked
+(`terms.rarest_terms`), and the chunks are split by seq into `SHARDS` shards, each with terms of
+its own, searched at once on as many threads (tantivy-py releases the GIL while it searches).
+A word's terms in every shard are weighted (a boost) so that each scores with the idf of the
+whole dataset: the shards rank the chunks as one index would (docs/architecture.md, "Keyword
+search at a million chunks").
 
 The database stays the truth, as for the graphs (graphs.py): the index follows a log of changes
 (chunks activated, chunks dropped, a dataset reset) written in the transactions that make them,
@@ -46,6 +55,7 @@ import threading
 import time
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -74,7 +84,7 @@ RESET = -1  # the log's seq of a dataset deleted whole (graphs.RESET)
 K1, B = 1.2, 0.75  # Tantivy's BM25 (and FTS5's)
 # A search asks for its best k / share · ASK_MARGIN + ASK_SLACK first (a candidate fails only when
 # inactive, of another generation or filtered out), then ASK_WIDEN times as many when fewer than
-# k of those pass: block-max WAND prunes more for a shorter list.
+# k of those pass: a longer list costs its sorting and its SQL.
 ASK_MARGIN = 1.25
 ASK_SLACK = 10
 ASK_WIDEN = 8
@@ -83,9 +93,11 @@ _TOKEN = re.compile(r"[^\W_]+")
 _MARKS = re.compile("[\u0300-\u036f]+")  # combining diacritics of Latin, Greek, Cyrillic
 
 
-TOKENS_VERSION = 2  # 2: each term carries its dataset's key
-"""Bumped whenever `tokens` or `_terms` changes. With terms.TERMS_VERSION it names the state
-table, so an index made of other terms has no state row and is rebuilt."""
+TOKENS_VERSION = 3  # 2: each term carries its dataset's key; 3: and its chunk's shard
+SHARDS = 2  # the chunks split by seq % SHARDS, each shard's terms searched on a thread of its own
+"""Bumped whenever `tokens`, `_terms` or SHARDS changes. With terms.TERMS_VERSION it names the
+state table (and is kept in a scale-out replica's state), so an index made of other terms has
+no state and is rebuilt."""
 
 
 SEGMENT_CACHED_MAX = 64  # characters of a piece between spaces whose terms are kept …
@@ -132,15 +144,30 @@ def query_tokens(terms: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _prefix(key: int) -> str:
-    """What the index's terms of the dataset `key` begin with: its key as unsigned hex."""
-    return f"{key & 0xFFFF_FFFF_FFFF_FFFF:x}:"
+def _prefix(key: int, shard: int) -> str:
+    """What the index's terms of the dataset `key` in `shard` begin with: its key as unsigned
+    hex, then the shard."""
+    return f"{key & 0xFFFF_FFFF_FFFF_FFFF:x}.{shard}:"
 
 
-def _terms(key: int, words: Iterable[str]) -> list[str]:
-    """The index's terms for `words` of the dataset `key`."""
-    prefix = _prefix(key)
+def shard_of(seq: int) -> int:
+    return seq % SHARDS
+
+
+def _terms(key: int, seq: int, words: Iterable[str]) -> list[str]:
+    """The index's terms for `words` of the chunk `seq` of the dataset `key`."""
+    prefix = _prefix(key, shard_of(seq))
     return [prefix + word for word in words]
+
+
+def idf(doc_freq: int, docs: int) -> float:
+    """Tantivy's BM25 idf of a term `doc_freq` of `docs` documents hold."""
+    return math.log(1.0 + (docs - doc_freq + 0.5) / (doc_freq + 0.5))
+
+
+_SHARD_POOL = ThreadPoolExecutor(8 * (SHARDS - 1) or 1, thread_name_prefix="kops-keywords")
+"""The threads that search every shard but the first (which the searching thread takes) of the
+searches of every index of the process: searches that arrive together queue for them."""
 
 
 def _schema() -> tantivy.Schema:
@@ -316,44 +343,83 @@ class Keywords:
             self._wake.set()
         if len(pending) > PENDING_MAX or any(seq == RESET for seq, _ in pending):
             return None
-        words = self._asked(view, key, every)
-        found = self._search(view, key, words, want)
+        freqs = self._doc_freqs(view, key, every)
+        words = self._asked(view, key, every, freqs)
+        found = self._search(view, key, words, want, freqs)
         if len(found) < want and len(words) < len(every):
             words = every  # the words left out may hold chunks these do not (under a filter)
-            found = self._search(view, key, words, want)
+            found = self._search(view, key, words, want, freqs)
         scored = dict(found)
         added = [seq for seq, is_added in pending if is_added]
-        scored.update(self._score_pending(conn, view, key, words, added))
+        scored.update(self._score_pending(conn, view, key, words, added, freqs))
         best = sorted(scored.items(), key=lambda item: (-item[1], item[0]))
         return Candidates(best, len(found))
 
-    def _search(self, view: View, key: int, words: list[str], want: int) -> list[tuple[int, float]]:
-        """(seq, BM25) of the dataset `key`'s best `want` chunks in the index for `words`."""
-        query = tantivy.Query.boolean_query(
-            [
-                (tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "text", term))
-                for term in _terms(key, words)
-            ]
-        )
-        found = view.searcher.search(query, want, count=False)
-        seqs = view.searcher.fast_field_values("seq", [address for _, address in found.hits])
-        return [
-            (int(seq or 0), float(score)) for seq, (score, _) in zip(seqs, found.hits, strict=True)
-        ]
+    def _doc_freqs(self, view: View, key: int, words: list[str]) -> dict[str, tuple[int, ...]]:
+        """How many of the dataset `key`'s indexed chunks hold each word, shard by shard."""
+        prefixes = [_prefix(key, shard) for shard in range(SHARDS)]
+        return {
+            word: tuple(view.searcher.doc_freq("text", prefix + word) for prefix in prefixes)
+            for word in words
+        }
 
-    def _asked(self, view: View, key: int, words: list[str]) -> list[str]:
+    def _search(
+        self,
+        view: View,
+        key: int,
+        words: list[str],
+        want: int,
+        freqs: dict[str, tuple[int, ...]],
+    ) -> list[tuple[int, float]]:
+        """(seq, BM25) of the dataset `key`'s best `want` chunks in the index for `words`: each
+        shard's best `want`, searched at once, the best `want` of them kept.
+
+        In a shard, Tantivy weighs a word by the idf of the shard's count of chunks holding it;
+        its term is boosted by the whole count's idf over that one, so that every shard scores
+        a chunk as an index of one shard would (up to float rounding: Tantivy counts deleted
+        documents not merged away yet in its total, which `num_docs` leaves out; the boost moves
+        by a small fraction of a percent for a tenth of the index deleted)."""
+        docs = max(view.searcher.num_docs, 1)
+        queries = []
+        for shard in range(SHARDS):
+            prefix = _prefix(key, shard)
+            clauses = []
+            for word in words:
+                held = freqs[word][shard]
+                if held == 0:
+                    continue
+                term = tantivy.Query.term_query(self.schema, "text", prefix + word)
+                boost = idf(sum(freqs[word]), docs) / idf(held, docs)
+                clauses.append((tantivy.Occur.Should, tantivy.Query.boost_query(term, boost)))
+            if clauses:
+                queries.append(tantivy.Query.boolean_query(clauses))
+        if not queries:
+            return []
+        others = [_SHARD_POOL.submit(_top, view.searcher, query, want) for query in queries[1:]]
+        found = _top(view.searcher, queries[0], want)
+        for other in others:
+            found.extend(other.result())
+        found.sort(key=lambda item: (-item[1], item[0]))
+        return found[:want]
+
+    def _asked(
+        self, view: View, key: int, words: list[str], freqs: dict[str, tuple[int, ...]]
+    ) -> list[str]:
         """The words of the question asked of the dataset `key`: its rarest (terms.rarest_terms),
         by the index's counts."""
         if len(words) < 2:
             return words
         chunks = view.searcher.doc_freq("dataset", key)
-        prefix = _prefix(key)
-        return rarest_terms(
-            words, lambda word: view.searcher.doc_freq("text", prefix + word), chunks
-        )
+        return rarest_terms(words, lambda word: sum(freqs[word]), chunks)
 
     def _score_pending(
-        self, conn: Connection, view: View, key: int, words: list[str], seqs: list[int]
+        self,
+        conn: Connection,
+        view: View,
+        key: int,
+        words: list[str],
+        seqs: list[int],
+        freqs: dict[str, tuple[int, ...]],
     ) -> dict[int, float]:
         """BM25 as Tantivy computes it (its idf, k1 1.2, b 0.75), with the index's document
         counts (the dataset's for a word, all for the total) and mean length, for chunks of the
@@ -363,21 +429,21 @@ class Keywords:
         held = {seq: tokens(body) for seq, body in self.changes.texts(conn, seqs).items()}
         # the statistics as they will be once these chunks are in the index
         total = view.searcher.num_docs + len(held)
-        idf = {}
-        for word, term in zip(words, _terms(key, words), strict=True):
-            df = view.searcher.doc_freq("text", term) + sum(word in t for t in held.values())
-            idf[word] = math.log(1.0 + (total - df + 0.5) / (df + 0.5))
+        weights = {
+            word: idf(sum(freqs[word]) + sum(word in t for t in held.values()), total)
+            for word in words
+        }
         scored: dict[int, float] = {}
         for seq, terms in held.items():
             counts: dict[str, int] = {}
             for term in terms:
-                if term in idf:
+                if term in weights:
                     counts[term] = counts.get(term, 0) + 1
             if not counts:
                 continue
             norm = K1 * (1.0 - B + B * len(terms) / max(view.mean_tokens, 1.0))
             scored[seq] = sum(
-                idf[word] * tf * (K1 + 1.0) / (tf + norm) for word, tf in counts.items()
+                weights[word] * tf * (K1 + 1.0) / (tf + norm) for word, tf in counts.items()
             )
         return scored
 
@@ -464,7 +530,9 @@ class Keywords:
                     key = keys[dataset] = dataset_key(dataset)
                 held = tokens(body)
                 writer.add_document(
-                    tantivy.Document(text=" ".join(_terms(key, held)), seq=int(seq), dataset=key)
+                    tantivy.Document(
+                        text=" ".join(_terms(key, int(seq), held)), seq=int(seq), dataset=key
+                    )
                 )
                 docs += 1
                 words += len(held)
@@ -512,7 +580,9 @@ class Keywords:
                 held = tokens(body)
                 writer.add_document(
                     tantivy.Document(
-                        text=" ".join(_terms(change.key, held)), seq=change.seq, dataset=change.key
+                        text=" ".join(_terms(change.key, change.seq, held)),
+                        seq=change.seq,
+                        dataset=change.key,
                     )
                 )
                 self._docs += 1
@@ -530,9 +600,21 @@ class Keywords:
         self._view = View(self._index.searcher(), applied, mean)
 
 
+def _top(searcher: tantivy.Searcher, query: tantivy.Query, want: int) -> list[tuple[int, float]]:
+    """(seq, score) of the best `want` documents for `query`."""
+    found = searcher.search(query, want, count=False)
+    seqs = searcher.fast_field_values("seq", [address for _, address in found.hits])
+    return [(int(seq or 0), float(score)) for seq, (score, _) in zip(seqs, found.hits, strict=True)]
+
+
 # --- the embedded index's log: tables of its SQLite database ------------------------------------
+def terms_version() -> str:
+    """The versions of the terms an index is made of (TOKENS_VERSION)."""
+    return f"t{TERMS_VERSION}k{TOKENS_VERSION}"
+
+
 def state_table(vec: str) -> str:
-    return f"{vec}_keywords_t{TERMS_VERSION}k{TOKENS_VERSION}"
+    return f"{vec}_keywords_{terms_version()}"
 
 
 def create_table(conn: Connection, vec: str) -> None:

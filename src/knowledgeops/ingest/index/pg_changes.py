@@ -52,6 +52,7 @@ from knowledgeops.ingest.index.keywords import (
     LogPruned,
     Position,
     Saved,
+    terms_version,
 )
 
 log = logging.getLogger(__name__)
@@ -206,7 +207,11 @@ class PgChanges:
             position = (int(state["xid"]), int(state["id"]))
             saved = Saved(position, int(state["docs"]), int(state["tokens"]))
             origin = str(state["origin"])
-        except (OSError, ValueError, KeyError, TypeError):
+            terms = str(state.get("terms"))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+        if terms != terms_version():
+            log.warning("the keyword index in %s is made of older terms", self.state_path)
             return None
         with self.db.read() as conn:
             current, pruned = self._origin(conn)
@@ -224,6 +229,7 @@ class PgChanges:
         body = json.dumps(
             {
                 "origin": origin,
+                "terms": terms_version(),
                 "xid": state.position[0],
                 "id": state.position[1],
                 "docs": state.docs,

@@ -149,10 +149,10 @@ QUERY_POSTINGS_PER_CHUNK = 3.0
 def rarest_terms(terms: Sequence[str], doc_freq: Callable[[str], int], chunks: int) -> list[str]:
     """The terms a search asks a large index for: the rarest first (fewest chunks holding
     them), as many as the dataset holds QUERY_POSTINGS_PER_CHUNK × `chunks` times together,
-    at least the rarest one; in the query's order. An engine reads every posting of every
-    term asked, and a term most chunks hold lets block-max WAND skip nothing: a question of
-    forty Japanese bigrams or of "debian linux gnu" in a Debian dataset read millions of
-    postings for words whose BM25 weight is a tenth of a rare word's. Left out, they move
+    at least the rarest one; in the query's order. The keyword index scores every posting of
+    every term asked (keywords.py: tantivy-py's searches do not prune): a question of forty
+    Japanese bigrams or of "debian linux gnu" in a Debian dataset read millions of postings
+    for words whose BM25 weight is a tenth of a rare word's. Left out, they move
     `kops eval`'s MRR@10 by at most 0.003 (docs/search-quality.md, "The keyword index's
     ranking")."""
     freq = {term: doc_freq(term) for term in terms}
