@@ -376,7 +376,7 @@ class Keywords:
 
         In a shard, Tantivy weighs a word by the idf of the shard's count of chunks holding it;
         its term is boosted by the whole count's idf over that one, so that every shard scores
-        a chunk as an index of one shard would (up to float rounding: Tantivy counts deleted
+        a chunk as one index of every chunk would (up to float rounding: Tantivy counts deleted
         documents not merged away yet in its total, which `num_docs` leaves out; the boost moves
         by a small fraction of a percent for a tenth of the index deleted)."""
         docs = max(view.searcher.num_docs, 1)
