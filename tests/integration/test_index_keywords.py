@@ -6,6 +6,8 @@ rebuilt), and the graphs' pruning keeps the log rows it still needs."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -143,6 +145,42 @@ def test_the_shards_rank_the_chunks_as_one_index_of_their_words_would(setup) -> 
         ranked = [seq for seq, _ in found.scored]
         assert ranked == sorted(one, key=lambda seq: (-shards[seq], seq))
         assert found.ranked == len(one)
+
+
+def test_a_process_forked_after_searching_still_searches_every_shard(setup) -> None:
+    """The threads that search the other shards are the process's: a child forked after the
+    parent searched (its threads started) makes its own instead of waiting for the parent's,
+    which it does not have."""
+    index, dataset = setup
+    with index.db.write() as conn:
+        document = insert_document(conn, dataset)
+    write(index, dataset, document, 1, [*texts(3, 200), "the okapi grazes at dawn"])
+    kept(index)
+    view = index.keywords._view
+    assert view is not None
+    key = dataset_key(dataset)
+    words = keywords.query_tokens(terms.query_terms("okapi w3 w5"))
+    freqs = index.keywords._doc_freqs(view, key, words)
+    before = index.keywords._search(view, key, words, 50, freqs)
+    assert {seq % keywords.SHARDS for seq, _ in before} == set(range(keywords.SHARDS))
+    index.keywords.close()  # no thread of the index's own writes while the process forks
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child's exit status is the assertion)
+        code = 1
+        try:
+            code = 0 if index.keywords._search(view, key, words, 50, freqs) == before else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(child, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(child, signal.SIGKILL)
+    os.waitpid(child, 0)
+    pytest.fail("the forked child's search did not return within 60 s")
 
 
 def test_a_chunk_is_found_before_the_index_holds_it_and_a_dropped_one_never(setup) -> None:

@@ -49,6 +49,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import re
 import shutil
 import threading
@@ -165,9 +166,22 @@ def idf(doc_freq: int, docs: int) -> float:
     return math.log(1.0 + (docs - doc_freq + 0.5) / (doc_freq + 0.5))
 
 
-_SHARD_POOL = ThreadPoolExecutor(8 * (SHARDS - 1) or 1, thread_name_prefix="kops-keywords")
-"""The threads that search every shard but the first (which the searching thread takes) of the
-searches of every index of the process: searches that arrive together queue for them."""
+SHARD_THREADS = 8  # per shard searched beside the searching thread's, for the whole process
+_shard_pools: dict[int, ThreadPoolExecutor] = {}
+
+
+def _shard_pool() -> ThreadPoolExecutor:
+    """The threads that search every shard but the first (which the searching thread takes), for
+    the searches of every index of this process (searches that arrive together queue for them).
+    One per process id: a pool whose threads were started before a fork has none in the child."""
+    pid = os.getpid()
+    pool = _shard_pools.get(pid)
+    if pool is None:
+        made = ThreadPoolExecutor(
+            SHARD_THREADS * max(SHARDS - 1, 1), thread_name_prefix="kops-keywords"
+        )
+        pool = _shard_pools.setdefault(pid, made)  # a pool made beside it holds no thread yet
+    return pool
 
 
 def _schema() -> tantivy.Schema:
@@ -395,7 +409,8 @@ class Keywords:
                 queries.append(tantivy.Query.boolean_query(clauses))
         if not queries:
             return []
-        others = [_SHARD_POOL.submit(_top, view.searcher, query, want) for query in queries[1:]]
+        pool = _shard_pool()
+        others = [pool.submit(_top, view.searcher, query, want) for query in queries[1:]]
         found = _top(view.searcher, queries[0], want)
         for other in others:
             found.extend(other.result())
