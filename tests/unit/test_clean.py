@@ -31,6 +31,14 @@ def test_control_characters_are_removed_and_tabs_become_spaces() -> None:
     assert clean_text("windows\r\nline\rends.") == "windows line ends."
 
 
+def test_lone_surrogates_become_replacement_characters() -> None:
+    """A byte a decoder kept with surrogateescape is no character: the tokenizer and the
+    databases refuse it, so it is shown as U+FFFD."""
+    cleaned = clean_text("To: Zo\udcc3\udcab \udc80 ada")
+    assert cleaned == "To: Zo\ufffd\ufffd \ufffd ada"
+    cleaned.encode("utf-8")  # raises for a lone surrogate
+
+
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [

@@ -26,6 +26,9 @@ _DROP: dict[int, str | None] = {
 }
 _DROP.update({0x00AD: None, 0x200B: None, 0xFEFF: None, 0xFFFE: None, 0xFFFF: None})
 _DROP.update({0x09: " ", 0x0C: "\n", 0x85: "\n", 0x2028: "\n", 0x2029: "\n"})
+# Lone surrogates (a byte a decoder kept with surrogateescape) are no characters: no encoder,
+# tokenizer or database takes them. Each becomes U+FFFD, as a decoder that replaces would give.
+_DROP.update(dict.fromkeys(range(0xD800, 0xE000), "\ufffd"))
 
 # "exam-\nple": a letter, a hyphen at the line end, optional indentation, a lowercase letter.
 _HYPHENATED = re.compile(r"([^\W\d_])-\n[ \t]*(?=[^\W\d_])")

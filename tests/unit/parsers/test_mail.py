@@ -127,6 +127,16 @@ def test_broken_headers_and_a_message_without_anything_do_not_crash(tmp_path: Pa
     assert blocks[0].text.startswith("Subject: ")
 
 
+def test_a_header_read_raw_keeps_its_utf8_and_no_undecodable_byte(tmp_path: Path) -> None:
+    """A truncated "To: ada@" makes the parser's header policy fail (IndexError), so the To
+    headers are read raw, where bytes past ASCII are lone surrogates: they are read as UTF-8
+    again, and a byte that is no UTF-8 becomes U+FFFD, never a surrogate the tokenizer refuses."""
+    path = tmp_path / "raw.eml"
+    path.write_bytes(b"Subject: One\nTo: Zo\xc3\xab\x80 <z@example.org>\nTo: ada@")
+    blocks = parse_eml(path)
+    assert blocks[0].text == "Subject: One\nTo: Zo\u00eb\ufffd <z@example.org>, ada@"
+
+
 def test_an_mbox_is_read_message_by_message(tmp_path: Path) -> None:
     box = make_mbox(
         tmp_path / "box.mbox",
