@@ -104,15 +104,20 @@ def _structure_depth(message: Message) -> int:
 def _header(message: Message, name: str) -> str:
     try:
         values = [str(v) for v in message.get_all(name) or ()]
-    except Exception:  # a header policy.default cannot parse: its raw text, whose bytes past
-        # ASCII the parser kept as lone surrogates (surrogateescape): read as UTF-8 (RFC 6532)
-        values = [
-            str(v).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-            for k, v in message.raw_items()
-            if k.lower() == name.lower()
-        ]
+    except Exception:  # a header policy.default cannot parse: its raw text
+        values = [_raw_text(v) for k, v in message.raw_items() if k.lower() == name.lower()]
     text = " ".join(", ".join(values).split())
     return text[:MAX_HEADER_CHARS]
+
+
+def _raw_text(value: object) -> str:
+    """A raw header's text, whose bytes past ASCII the parser kept as lone surrogates
+    (surrogateescape), read as UTF-8 (RFC 6532), a byte that is no UTF-8 as U+FFFD."""
+    text = str(value)
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:  # a surrogate that is no escaped byte: clean_text replaces it
+        return text
 
 
 def _charset(part: Message) -> str | None:
