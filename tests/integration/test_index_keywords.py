@@ -17,7 +17,7 @@ import pytest
 import tantivy
 
 from knowledgeops.db.engine import Database
-from knowledgeops.ingest.index import graphs, keywords, terms
+from knowledgeops.ingest.index import graphs, keywords, maxscore, terms
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keys import dataset_key
 from knowledgeops.ingest.index.keywords import tokens
@@ -133,7 +133,7 @@ def test_the_shards_rank_the_chunks_as_one_index_of_their_words_would(setup) -> 
                 for word in keywords.query_tokens(words)
             ]
         )
-        one = dict(keywords._top(searcher, query, len(rows)))
+        one = dict(maxscore._top(searcher, query, len(rows)))
         with index.db.read() as conn:
             found = index.keywords.candidates(conn, dataset_key(dataset), words, len(rows))
         assert found is not None
@@ -145,6 +145,50 @@ def test_the_shards_rank_the_chunks_as_one_index_of_their_words_would(setup) -> 
         ranked = [seq for seq, _ in found.scored]
         assert ranked == sorted(one, key=lambda seq: (-shards[seq], seq))
         assert found.ranked == len(one)
+
+
+def test_a_word_most_chunks_hold_is_left_out_and_the_ranking_kept(
+    setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A word (nearly) every chunk of the dataset holds weighs almost nothing, and costs the
+    most postings: the index's search leaves it out of what it asks Tantivy first (maxscore.py)
+    and scores it only for the chunks that can still be among the best. With a generation
+    replaced (the old chunks deleted, still counted by Tantivy until a merge), the best ten of
+    both shards are the plain disjunction's, scored as it scores them."""
+    index, dataset = setup
+    with index.db.write() as conn:
+        document = insert_document(conn, dataset)
+    rng = np.random.default_rng(8)
+    bodies = [
+        " ".join([*rng.choice(WORDS, size=int(rng.integers(4, 30))), *["debian"] * (1 + n % 3)])
+        for n in range(400)
+    ]
+    write(index, dataset, document, 1, bodies)
+    write(index, dataset, document, 2, bodies[:350])
+    kept(index)
+    words = terms.query_terms("debian w3 w11 w250")
+    scored_exactly = []
+    real = maxscore._score_exactly
+
+    def spy(searcher, schema, common, hits, exact) -> None:
+        scored_exactly.append(len(hits))
+        real(searcher, schema, common, hits, exact)
+
+    monkeypatch.setattr(maxscore, "_score_exactly", spy)
+    with index.db.read() as conn:
+        pruned = index.keywords.candidates(conn, dataset_key(dataset), words, 10)
+    assert scored_exactly  # "debian" was left out
+    assert max(scored_exactly) < 100  # and scored for a few chunks at most
+    monkeypatch.setattr(maxscore, "PRUNE", False)
+    with index.db.read() as conn:
+        plain = index.keywords.candidates(conn, dataset_key(dataset), words, 10)
+    assert pruned is not None
+    assert plain is not None
+    assert [seq for seq, _ in pruned.scored] == [seq for seq, _ in plain.scored]
+    assert [score for _, score in pruned.scored] == pytest.approx(
+        [score for _, score in plain.scored], rel=1e-6
+    )
+    assert {seq % keywords.SHARDS for seq, _ in pruned.scored} == set(range(keywords.SHARDS))
 
 
 def test_a_process_forked_after_searching_still_searches_every_shard(setup) -> None:

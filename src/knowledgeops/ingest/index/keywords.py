@@ -65,7 +65,9 @@ import tantivy
 from sqlalchemy import Connection
 
 from knowledgeops.db.engine import Database
+from knowledgeops.ingest.index import maxscore
 from knowledgeops.ingest.index.keys import dataset_key
+from knowledgeops.ingest.index.maxscore import Clause
 from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, rarest_terms
 
 log = logging.getLogger(__name__)
@@ -302,6 +304,7 @@ class View:
     searcher: tantivy.Searcher
     applied: Position
     mean_tokens: float  # of the chunks indexed, for the pending chunks' BM25
+    added: int  # documents added to the index since it was built: at least Tantivy's count
 
 
 class Keywords:
@@ -394,7 +397,7 @@ class Keywords:
         documents not merged away yet in its total, which `num_docs` leaves out; the boost moves
         by a small fraction of a percent for a tenth of the index deleted)."""
         docs = max(view.searcher.num_docs, 1)
-        queries = []
+        shards = []
         for shard in range(SHARDS):
             prefix = _prefix(key, shard)
             clauses = []
@@ -404,14 +407,20 @@ class Keywords:
                     continue
                 term = tantivy.Query.term_query(self.schema, "text", prefix + word)
                 boost = idf(sum(freqs[word]), docs) / idf(held, docs)
-                clauses.append((tantivy.Occur.Should, tantivy.Query.boost_query(term, boost)))
+                # Tantivy's idf counts the deleted documents not merged away yet: at most every
+                # document ever added
+                bound = boost * idf(held, max(view.added, docs)) * (K1 + 1.0)
+                clauses.append(Clause(tantivy.Query.boost_query(term, boost), bound, held))
             if clauses:
-                queries.append(tantivy.Query.boolean_query(clauses))
-        if not queries:
+                shards.append(clauses)
+        if not shards:
             return []
         pool = _shard_pool()
-        others = [pool.submit(_top, view.searcher, query, want) for query in queries[1:]]
-        found = _top(view.searcher, queries[0], want)
+        others = [
+            pool.submit(maxscore.best, view.searcher, self.schema, clauses, want)
+            for clauses in shards[1:]
+        ]
+        found = maxscore.best(view.searcher, self.schema, shards[0], want)
         for other in others:
             found.extend(other.result())
         found.sort(key=lambda item: (-item[1], item[0]))
@@ -612,14 +621,7 @@ class Keywords:
         assert self._index is not None
         self._index.reload()
         mean = self._tokens / self._docs if self._docs else 1.0
-        self._view = View(self._index.searcher(), applied, mean)
-
-
-def _top(searcher: tantivy.Searcher, query: tantivy.Query, want: int) -> list[tuple[int, float]]:
-    """(seq, score) of the best `want` documents for `query`."""
-    found = searcher.search(query, want, count=False)
-    seqs = searcher.fast_field_values("seq", [address for _, address in found.hits])
-    return [(int(seq or 0), float(score)) for seq, (score, _) in zip(seqs, found.hits, strict=True)]
+        self._view = View(self._index.searcher(), applied, mean, self._docs)
 
 
 # --- the embedded index's log: tables of its SQLite database ------------------------------------

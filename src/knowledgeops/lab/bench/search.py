@@ -45,7 +45,7 @@ from knowledgeops.db.engine import Database
 from knowledgeops.db.migrate import upgrade
 from knowledgeops.db.schema import datasets, documents
 from knowledgeops.ingest.embedders.local import LocalMiniLM, load_tokenizer
-from knowledgeops.ingest.index import graphs, pgvector, terms, vector_rows
+from knowledgeops.ingest.index import graphs, maxscore, pgvector, terms, vector_rows
 from knowledgeops.ingest.index.base import ChunkIndex, Hit, IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keys import dataset_key
@@ -513,6 +513,7 @@ def _measure_embedded(
         figures.settings["keyword_budget_sweep"] = _keyword_budget_sweep(
             index, dataset_ids[0], questions
         )
+        figures.settings["maxscore_sweep"] = _maxscore_sweep(index, dataset_ids[0], questions)
     if index.graphs.ready(dataset_key(dataset_ids[0])):
         figures.settings["ingestion"] = _Ingestion(
             index, db, passages, dataset_ids[0], figures.chunks, questions, ingest_rounds
@@ -1120,6 +1121,57 @@ def _keyword_budget_sweep(
     return out
 
 
+def _maxscore_sweep(
+    index: ChunkIndex, dataset_id: str, questions: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """The large dataset's keyword search and hybrid search (HYBRID_CANDIDATES from each list)
+    with the keyword index's MaxScore (maxscore.py) and with the plain disjunction: p50, p95,
+    the slowest (a second pass; each question asked both ways in turn, the first a different
+    one each time), and the share of questions whose keyword list is the same both ways."""
+    embedder = HashingEmbedder(DIMENSION)
+    vectors = [embedder.vector(question) for question in questions]
+    pool = ThreadPoolExecutor(1, thread_name_prefix="bench-maxscore")
+
+    def hybrid(q: int) -> list[Hit]:
+        words = pool.submit(index.search_keyword, dataset_id, questions[q], HYBRID_CANDIDATES)
+        nearest = index.search_vector(dataset_id, vectors[q], HYBRID_CANDIDATES, fused=True)
+        return score_fusion(questions[q], nearest, words.result(), VECTOR_WEIGHT, TOP_K)
+
+    def keyword(q: int) -> list[Hit]:
+        return index.search_keyword(dataset_id, questions[q], HYBRID_CANDIDATES)
+
+    ways = (True, False)
+    took: dict[tuple[str, bool], list[float]] = {}
+    lists: dict[bool, list[list[str]]] = {way: [] for way in ways}
+    try:
+        for mode, call in (("keyword", keyword), ("hybrid", hybrid)):
+            for _ in range(2):  # the first pass reads the pages in; the second is reported
+                for way in ways:
+                    took[mode, way] = []
+                for n in range(len(questions)):
+                    for way in ways[n % 2 :] + ways[: n % 2]:
+                        maxscore.PRUNE = way
+                        began = time.perf_counter()
+                        hits = call(n)
+                        took[mode, way].append((time.perf_counter() - began) * 1000)
+                        if mode == "keyword":
+                            lists[way].append([hit.chunk_id for hit in hits])
+    finally:
+        maxscore.PRUNE = True
+        pool.shutdown()
+    count = len(questions)
+    same = sum(a == b for a, b in zip(lists[True][-count:], lists[False][-count:], strict=True))
+    out: dict[str, dict[str, float]] = {}
+    for (mode, way), values in took.items():
+        out[f"{mode} {'maxscore' if way else 'plain'}"] = {
+            "p50": round(percentile(values, 50), 2),
+            "p95": round(percentile(values, 95), 2),
+            "max": round(max(values), 2),
+        }
+    out["keyword maxscore"]["same_lists"] = round(same / max(count, 1), 4)
+    return out
+
+
 def _pg_ef_sweep(
     index: PgVectorIndex, corpus: Corpus, dataset_id: str, questions: Sequence[str]
 ) -> dict[str, dict[str, float]]:
@@ -1245,6 +1297,7 @@ def _measure_pg_keywords(
     figures.settings["keyword_budget_sweep"] = _keyword_budget_sweep(
         index, dataset_ids[0], questions
     )
+    figures.settings["maxscore_sweep"] = _maxscore_sweep(index, dataset_ids[0], questions)
     figures.settings["gin_keyword_ms"] = _gin_keyword(db, dataset_ids, questions)
 
 
