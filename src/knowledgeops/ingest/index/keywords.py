@@ -21,7 +21,8 @@ cost is the postings of its words. So the question's rarest words are asked
 its own, searched at once on as many threads (tantivy-py releases the GIL while it searches).
 A word's terms in every shard are weighted (a boost) so that each scores with the idf of the
 whole dataset: the shards rank the chunks as one index would (docs/architecture.md, "Keyword
-search at a million chunks").
+search at a million chunks"). In each shard, the commonest words of the question, which weigh
+almost nothing, are scored only for the chunks that can still be among the best (maxscore.py).
 
 The database stays the truth, as for the graphs (graphs.py): the index follows a log of changes
 (chunks activated, chunks dropped, a dataset reset) written in the transactions that make them,

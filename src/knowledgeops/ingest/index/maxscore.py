@@ -24,7 +24,9 @@ When no term is common enough, or the common terms could lift a document of none
 terms to the floor, or too many documents reach the cut, the plain disjunction answers. A score
 is the sum of the rare terms' part and the common terms' part, each as Tantivy scores it (in
 single precision), so it may differ from the plain disjunction's in the last bit; the cut is
-lowered by SLACK for that."""
+lowered by SLACK for that. On the bench's corpus of near-duplicate passages a third of the
+lists differ from the plain search's, always among chunks of the same score (docs/performance.md,
+"MaxScore")."""
 
 from __future__ import annotations
 
@@ -55,8 +57,10 @@ def best(
     searcher: tantivy.Searcher, schema: tantivy.Schema, clauses: Sequence[Clause], want: int
 ) -> list[tuple[int, float]]:
     """(seq, score) of the best `want` documents of the disjunction of `clauses` (documents with
-    a "seq" integer field, indexed and fast), best first: those the plain disjunction keeps,
-    scored as it scores them (up to the last bit); among equal scores, the lower seq first."""
+    a "seq" integer field, indexed and fast), best first, scored as the plain disjunction scores
+    them (up to the last bit); among equal scores, the lower seq first. Where documents tie at
+    the last place, MaxScore keeps those of the lowest seqs, and Tantivy's plain search those
+    it met first."""
     if not clauses or want <= 0:
         return []
     order = sorted(range(len(clauses)), key=lambda i: -clauses[i].bound)
