@@ -22,7 +22,7 @@ from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keys import dataset_key
 from knowledgeops.ingest.index.keywords import tokens
 from knowledgeops.ingest.index.sqlite import SqliteIndex, side_folder
-from knowledgeops.lab.bench.search import _keyword_budget_sweep
+from knowledgeops.lab.bench.search import _keyword_budget_sweep, _maxscore_sweep
 from knowledgeops.roles.wiring import make_index
 from knowledgeops.settings import Settings
 from tests.fixtures.rows import insert_dataset, insert_document
@@ -308,6 +308,27 @@ def test_the_bench_sweeps_the_postings_budget_against_every_word(setup) -> None:
     assert sweep["3.0"]["top10_kept"] == 1.0
     assert all(0 < row["p50"] <= row["p95"] <= row["max"] for row in sweep.values())
     assert terms.QUERY_POSTINGS_PER_CHUNK == 3.0
+
+
+def test_the_bench_measures_keyword_and_hybrid_with_and_without_maxscore(setup) -> None:
+    """`kops bench search`'s MaxScore sweep: both ways for keyword and hybrid search, the same
+    keyword lists both ways (no tie here: every chunk differs), and MaxScore put back on."""
+    index, dataset = setup
+    with index.db.write() as conn:
+        document = insert_document(conn, dataset)
+    rng = np.random.default_rng(12)
+    bodies = [
+        " ".join([*rng.choice(WORDS, size=5 + n % 23), *["debian"] * (1 + n % 4)])
+        for n in range(400)
+    ]
+    write(index, dataset, document, 1, bodies)
+    kept(index)
+    questions = [f"debian w{n} w{n + 100}" for n in range(0, 100, 10)]
+    sweep = _maxscore_sweep(index, dataset, questions, EMBED.dimension)
+    assert set(sweep) == {"keyword maxscore", "keyword plain", "hybrid maxscore", "hybrid plain"}
+    assert sweep["keyword maxscore"]["same_lists"] == 1.0
+    assert all(0 < row["p50"] <= row["p95"] <= row["max"] for row in sweep.values())
+    assert maxscore.PRUNE
 
 
 def test_a_pending_chunk_scores_as_the_index_will_score_it(setup) -> None:

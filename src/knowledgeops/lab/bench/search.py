@@ -1122,13 +1122,13 @@ def _keyword_budget_sweep(
 
 
 def _maxscore_sweep(
-    index: ChunkIndex, dataset_id: str, questions: Sequence[str]
+    index: ChunkIndex, dataset_id: str, questions: Sequence[str], dimension: int = DIMENSION
 ) -> dict[str, dict[str, float]]:
     """The large dataset's keyword search and hybrid search (HYBRID_CANDIDATES from each list)
     with the keyword index's MaxScore (maxscore.py) and with the plain disjunction: p50, p95,
     the slowest (a second pass; each question asked both ways in turn, the first a different
     one each time), and the share of questions whose keyword list is the same both ways."""
-    embedder = HashingEmbedder(DIMENSION)
+    embedder = HashingEmbedder(dimension)
     vectors = [embedder.vector(question) for question in questions]
     pool = ThreadPoolExecutor(1, thread_name_prefix="bench-maxscore")
 
