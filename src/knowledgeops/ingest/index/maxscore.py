@@ -69,7 +69,7 @@ def best(
     while asked > 1 and sum(clauses[i].bound for i in order[asked - 1 :]) <= room:
         asked -= 1
     if not PRUNE or asked == len(order):
-        return _sorted(_top(searcher, _disjunction(clauses), want))
+        return _plain(searcher, clauses, want)
     rare = [clauses[i] for i in sorted(order[:asked])]  # in the question's order
     common = [clauses[i] for i in sorted(order[asked:])]
     reach = sum(clause.bound for clause in common) * (1.0 + SLACK)
@@ -79,14 +79,21 @@ def best(
     _score_exactly(searcher, schema, common, hits[:want], exact)
     cut = _floor(exact, want) - reach
     if cut <= 0.0:  # a document of common terms alone might reach the floor
-        return _sorted(_top(searcher, _disjunction(clauses), want))
+        return _plain(searcher, clauses, want)
     while len(hits) == limit and hits[-1][1] >= cut:  # more documents may reach the cut
         if limit >= EXACT_MAX:
-            return _sorted(_top(searcher, _disjunction(clauses), want))
+            return _plain(searcher, clauses, want)
         limit = min(limit * WIDEN, EXACT_MAX)
         hits = _top(searcher, _disjunction(rare), limit)
     _score_exactly(searcher, schema, common, [hit for hit in hits if hit[1] >= cut], exact)
     return _sorted(list(exact.items()))[:want]
+
+
+def _plain(
+    searcher: tantivy.Searcher, clauses: Sequence[Clause], want: int
+) -> list[tuple[int, float]]:
+    """The plain disjunction's best `want`: every posting of every clause scored."""
+    return _sorted(_top(searcher, _disjunction(clauses), want))
 
 
 def _floor(exact: dict[int, float], want: int) -> float:

@@ -1141,6 +1141,7 @@ def _maxscore_sweep(
         return index.search_keyword(dataset_id, questions[q], HYBRID_CANDIDATES)
 
     ways = (True, False)
+    chosen = maxscore.PRUNE
     took: dict[tuple[str, bool], list[float]] = {}
     lists: dict[bool, list[list[str]]] = {way: [] for way in ways}
     try:
@@ -1157,7 +1158,7 @@ def _maxscore_sweep(
                         if mode == "keyword":
                             lists[way].append([hit.chunk_id for hit in hits])
     finally:
-        maxscore.PRUNE = True
+        maxscore.PRUNE = chosen
         pool.shutdown()
     count = len(questions)
     same = sum(a == b for a, b in zip(lists[True][-count:], lists[False][-count:], strict=True))
