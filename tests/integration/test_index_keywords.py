@@ -17,12 +17,12 @@ import pytest
 import tantivy
 
 from knowledgeops.db.engine import Database
-from knowledgeops.ingest.index import graphs, keywords, maxscore, terms
+from knowledgeops.ingest.index import graphs, keywords, rarest_first, terms
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keys import dataset_key
 from knowledgeops.ingest.index.keywords import tokens
 from knowledgeops.ingest.index.sqlite import SqliteIndex, side_folder
-from knowledgeops.lab.bench.search import _keyword_budget_sweep, _maxscore_sweep
+from knowledgeops.lab.bench.search import _keyword_budget_sweep, _rarest_first_sweep
 from knowledgeops.roles.wiring import make_index
 from knowledgeops.settings import Settings
 from tests.fixtures.rows import insert_dataset, insert_document
@@ -133,7 +133,7 @@ def test_the_shards_rank_the_chunks_as_one_index_of_their_words_would(setup) -> 
                 for word in keywords.query_tokens(words)
             ]
         )
-        one = dict(maxscore._top(searcher, query, len(rows)))
+        one = dict(rarest_first.top(searcher, query, len(rows)))
         with index.db.read() as conn:
             found = index.keywords.candidates(conn, dataset_key(dataset), words, len(rows))
         assert found is not None
@@ -147,14 +147,14 @@ def test_the_shards_rank_the_chunks_as_one_index_of_their_words_would(setup) -> 
         assert found.ranked == len(one)
 
 
-def test_a_word_most_chunks_hold_is_left_out_and_the_ranking_kept(
+def test_a_word_most_chunks_hold_scores_only_the_candidates_and_the_ranking_is_kept(
     setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A word (nearly) every chunk of the dataset holds weighs almost nothing, and costs the
-    most postings: the index's search leaves it out of what it asks Tantivy first (maxscore.py)
-    and scores it only for the chunks that can still be among the best. With a generation
-    replaced (the old chunks deleted, still counted by Tantivy until a merge), the best ten of
-    both shards are the plain disjunction's, scored as it scores them."""
+    most postings: the index's search finds its candidates by the rarer words and asks that
+    word for those chunks alone (rarest_first.py). With a generation replaced (the old chunks
+    deleted, still counted by Tantivy until a merge), the best ten of both shards are every
+    word's plain disjunction's, scored as it scores them."""
     index, dataset = setup
     with index.db.write() as conn:
         document = insert_document(conn, dataset)
@@ -167,28 +167,29 @@ def test_a_word_most_chunks_hold_is_left_out_and_the_ranking_kept(
     write(index, dataset, document, 2, bodies[:350])
     kept(index)
     words = terms.query_terms("debian w3 w11 w250")
-    scored_exactly = []
-    real = maxscore._score_exactly
+    common: list[tuple[int, int]] = []
+    real = rarest_first.common_part
 
-    def spy(searcher, schema, common, hits, exact) -> None:
-        scored_exactly.append(len(hits))
-        real(searcher, schema, common, hits, exact)
+    def spy(searcher, schema, terms_, seqs) -> dict[int, float]:  # type: ignore[no-untyped-def]
+        common.append((len(terms_), len(seqs)))
+        return real(searcher, schema, terms_, seqs)
 
-    monkeypatch.setattr(maxscore, "_score_exactly", spy)
+    monkeypatch.setattr(rarest_first, "common_part", spy)
     with index.db.read() as conn:
-        pruned = index.keywords.candidates(conn, dataset_key(dataset), words, 10)
-    assert scored_exactly  # "debian" was left out
-    assert max(scored_exactly) < 100  # and scored for a few chunks at most
-    monkeypatch.setattr(maxscore, "PRUNE", False)
+        first = index.keywords.candidates(conn, dataset_key(dataset), words, 10)
+    assert common  # "debian" was asked for the candidates alone, in each shard
+    assert all(terms_ == 1 and seqs <= 10 * rarest_first.FIRST_ASK for terms_, seqs in common)
+    monkeypatch.setattr(rarest_first, "RESCORE", False)
+    monkeypatch.setattr(terms, "QUERY_POSTINGS_PER_CHUNK", float("inf"))
     with index.db.read() as conn:
         plain = index.keywords.candidates(conn, dataset_key(dataset), words, 10)
-    assert pruned is not None
+    assert first is not None
     assert plain is not None
-    assert [seq for seq, _ in pruned.scored] == [seq for seq, _ in plain.scored]
-    assert [score for _, score in pruned.scored] == pytest.approx(
+    assert [seq for seq, _ in first.scored] == [seq for seq, _ in plain.scored]
+    assert [score for _, score in first.scored] == pytest.approx(
         [score for _, score in plain.scored], rel=1e-6
     )
-    assert {seq % keywords.SHARDS for seq, _ in pruned.scored} == set(range(keywords.SHARDS))
+    assert {seq % keywords.SHARDS for seq, _ in first.scored} == set(range(keywords.SHARDS))
 
 
 def test_a_process_forked_after_searching_still_searches_every_shard(setup) -> None:
@@ -205,14 +206,14 @@ def test_a_process_forked_after_searching_still_searches_every_shard(setup) -> N
     key = dataset_key(dataset)
     words = keywords.query_tokens(terms.query_terms("okapi w3 w5"))
     freqs = index.keywords._doc_freqs(view, key, words)
-    before = index.keywords._search(view, key, words, 50, freqs)
+    before = index.keywords._search(view, key, words, words, 50, freqs)
     assert {seq % keywords.SHARDS for seq, _ in before} == set(range(keywords.SHARDS))
     index.keywords.close()  # no thread of the index's own writes while the process forks
     child = os.fork()
     if child == 0:  # pragma: no cover (the child's exit status is the assertion)
         code = 1
         try:
-            code = 0 if index.keywords._search(view, key, words, 50, freqs) == before else 2
+            code = 0 if index.keywords._search(view, key, words, words, 50, freqs) == before else 2
         finally:
             os._exit(code)
     deadline = time.monotonic() + 60
@@ -268,11 +269,20 @@ def long_question_dataset(index: SqliteIndex, dataset: str) -> tuple[list[str], 
     return a, b
 
 
-def test_a_long_question_asks_the_index_for_its_rarest_words(setup) -> None:
-    """With dd left out, the chunks holding aa, bb and cc without dd rank first (shorter); had
-    dd been asked, those holding it too would."""
+def test_a_long_question_finds_by_its_rarest_words_and_ranks_by_every_word(
+    setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asked "okapi aa bb cc dd", the candidates are found by okapi and aa (81 postings of the
+    100 a chunk allows: rarest_first.CANDIDATE_POSTINGS_PER_CHUNK); every word scores them, so
+    after the chunk holding okapi come those holding dd too. Asked the old way, the plain
+    disjunction of the words within 3 postings a chunk, dd is left out and those without it
+    rank first (shorter)."""
     index, dataset = setup
     a, b = long_question_dataset(index, dataset)
+    hits = found(index, dataset, "okapi aa bb cc dd", k=5)
+    assert hits[0] == a[0]
+    assert set(hits[1:]) <= set(a[20:])
+    monkeypatch.setattr(rarest_first, "RESCORE", False)
     hits = found(index, dataset, "okapi aa bb cc dd", k=5)
     assert hits[0] == a[0]
     assert set(hits[1:]) <= set(a[1:20])
@@ -292,7 +302,8 @@ def test_chunks_only_a_left_out_word_finds_are_found_under_a_filter(setup) -> No
 
 def test_the_bench_sweeps_the_postings_budget_against_every_word(setup) -> None:
     """`kops bench search`'s sweep: every word is the reference (its top 10 kept whole), a
-    budget that leaves words out keeps less of it, and the budget chosen is put back."""
+    budget that leaves words out keeps less of it, rarest first keeps it whole (every word
+    scores its candidates), and the settings found are put back."""
     index, dataset = setup
     with index.db.write() as conn:
         document = insert_document(conn, dataset)
@@ -300,19 +311,31 @@ def test_the_bench_sweeps_the_postings_budget_against_every_word(setup) -> None:
     kept(index)
     questions = [" ".join(WORDS[n : n + 30]) for n in range(0, 300, 30)]
     sweep = _keyword_budget_sweep(index, dataset, questions)
-    assert set(sweep) == {"inf", "1.0", "2.0", "3.0", "4.0"}
+    assert set(sweep) == {
+        "inf",
+        "1.0",
+        "2.0",
+        "3.0",
+        "4.0",
+        "rarest 0.5",
+        "rarest 1.0",
+        "rarest 2.0",
+    }
     assert sweep["inf"]["top10_kept"] == 1.0
     # thirty words in 5% of the chunks each (1.5 postings a chunk): a budget of one posting a
     # chunk asks about two thirds of them and ranks otherwise, three a chunk asks every word
     assert sweep["1.0"]["top10_kept"] < 0.9
     assert sweep["3.0"]["top10_kept"] == 1.0
+    assert sweep["rarest 1.0"]["top10_kept"] > sweep["1.0"]["top10_kept"]
     assert all(0 < row["p50"] <= row["p95"] <= row["max"] for row in sweep.values())
     assert terms.QUERY_POSTINGS_PER_CHUNK == 3.0
+    assert rarest_first.RESCORE
+    assert rarest_first.CANDIDATE_POSTINGS_PER_CHUNK == 1.0
 
 
-def test_the_bench_measures_keyword_and_hybrid_with_and_without_maxscore(setup) -> None:
-    """`kops bench search`'s MaxScore sweep: both ways for keyword and hybrid search, the same
-    keyword lists both ways (no tie here: every chunk differs), and MaxScore put back on."""
+def test_the_bench_measures_keyword_and_hybrid_rarest_first_and_the_old_way(setup) -> None:
+    """`kops bench search`'s rarest-first sweep: both ways for keyword and hybrid search, and
+    rarest first put back on."""
     index, dataset = setup
     with index.db.write() as conn:
         document = insert_document(conn, dataset)
@@ -324,11 +347,15 @@ def test_the_bench_measures_keyword_and_hybrid_with_and_without_maxscore(setup) 
     write(index, dataset, document, 1, bodies)
     kept(index)
     questions = [f"debian w{n} w{n + 100}" for n in range(0, 100, 10)]
-    sweep = _maxscore_sweep(index, dataset, questions, EMBED.dimension)
-    assert set(sweep) == {"keyword maxscore", "keyword plain", "hybrid maxscore", "hybrid plain"}
-    assert sweep["keyword maxscore"]["same_lists"] == 1.0
+    sweep = _rarest_first_sweep(index, dataset, questions, EMBED.dimension)
+    assert set(sweep) == {
+        "keyword rarest first",
+        "keyword budget",
+        "hybrid rarest first",
+        "hybrid budget",
+    }
     assert all(0 < row["p50"] <= row["p95"] <= row["max"] for row in sweep.values())
-    assert maxscore.PRUNE
+    assert rarest_first.RESCORE
 
 
 def test_a_pending_chunk_scores_as_the_index_will_score_it(setup) -> None:

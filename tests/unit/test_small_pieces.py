@@ -280,6 +280,8 @@ def test_a_long_question_asks_for_its_rarest_terms_within_the_budget() -> None:
     assert rarest_terms(["gnu", "rpm", "gnu"], held.get, 900) == ["gnu", "rpm"]  # once each
     # counts that disagree (deleted chunks not merged away yet): the rarest is always asked
     assert rarest_terms(["debian", "linux"], held.get, 100) == ["linux"]
+    # another budget (the candidates' words: rarest_first.py): 0 + 3 + 40 + 300 fit in 1 × 900
+    assert rarest_terms(question, held.get, 900, 1.0) == ["use", "rpm", "slackware", "软件"]
     # equally rare: the query's order decides
     assert rarest_terms(["b", "a", "c"], {"a": 5, "b": 5, "c": 5}.get, 4) == ["b", "a"]
     assert rarest_terms([], held.get, 10) == []

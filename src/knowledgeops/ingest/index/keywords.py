@@ -16,13 +16,13 @@ and this index is not made.
 
 tantivy-py collects every search through a `MultiCollector`, which scores every posting of the
 terms asked (Tantivy's block-max WAND runs only for its plain top-docs collector): a search's
-cost is the postings of its words. So the question's rarest words are asked
-(`terms.rarest_terms`), and the chunks are split by seq into `SHARDS` shards, each with terms of
-its own, searched at once on as many threads (tantivy-py releases the GIL while it searches).
-A word's terms in every shard are weighted (a boost) so that each scores with the idf of the
-whole dataset: the shards rank the chunks as one index would (docs/architecture.md, "Keyword
-search at a million chunks"). In each shard, the commonest words of the question, which weigh
-almost nothing, are scored only for the chunks that can still be among the best (maxscore.py).
+cost is the postings of its words. So the question's rarest words find the candidates and
+every word scores them (rarest_first.py: the commonest words, which weigh least and hold most
+postings, are read only for the candidates), and the chunks are split by seq into `SHARDS`
+shards, each with terms of its own, searched at once on as many threads (tantivy-py releases
+the GIL while it searches). A word's terms in every shard are weighted (a boost) so that each
+scores with the idf of the whole dataset: the shards rank the chunks as one index would
+(docs/architecture.md, "Keyword search at a million chunks").
 
 The database stays the truth, as for the graphs (graphs.py): the index follows a log of changes
 (chunks activated, chunks dropped, a dataset reset) written in the transactions that make them,
@@ -66,9 +66,8 @@ import tantivy
 from sqlalchemy import Connection
 
 from knowledgeops.db.engine import Database
-from knowledgeops.ingest.index import maxscore
+from knowledgeops.ingest.index import rarest_first
 from knowledgeops.ingest.index.keys import dataset_key
-from knowledgeops.ingest.index.maxscore import Clause
 from knowledgeops.ingest.index.terms import TERMS_VERSION, index_text, rarest_terms
 
 log = logging.getLogger(__name__)
@@ -305,7 +304,6 @@ class View:
     searcher: tantivy.Searcher
     applied: Position
     mean_tokens: float  # of the chunks indexed, for the pending chunks' BM25
-    added: int  # documents added to the index since it was built: at least Tantivy's count
 
 
 class Keywords:
@@ -346,9 +344,11 @@ class Keywords:
         """(seq, BM25) of the dataset `key`'s best `want` chunks for `terms`, and of the chunks
         logged as added since the last commit that hold one of them, read in `conn`'s
         transaction. None when the index is not ready or too far behind (the engine's own
-        full-text search answers). The index is asked the question's rarest words (`_asked`);
-        when they match fewer than `want` chunks, it is asked every word, so a short list
-        still means every chunk holding a word of the question was seen."""
+        full-text search answers). The question's rarest words find the candidates and every
+        word scores them (rarest_first.py); when those words match fewer than `want` chunks,
+        the plain disjunction of the words within the postings budget answers, and of every
+        word when that is short too, so a short list still means every chunk holding a word of
+        the question was seen."""
         view = self._view
         if view is None:
             self.want()
@@ -362,11 +362,22 @@ class Keywords:
         if len(pending) > PENDING_MAX or any(seq == RESET for seq, _ in pending):
             return None
         freqs = self._doc_freqs(view, key, every)
-        words = self._asked(view, key, every, freqs)
-        found = self._search(view, key, words, want, freqs)
-        if len(found) < want and len(words) < len(every):
-            words = every  # the words left out may hold chunks these do not (under a filter)
-            found = self._search(view, key, words, want, freqs)
+        chunks = view.searcher.doc_freq("dataset", key)
+        settled = False
+        if rarest_first.RESCORE:
+            rare = self._rarest(every, freqs, chunks, rarest_first.CANDIDATE_POSTINGS_PER_CHUNK)
+            words, found = every, self._search(view, key, rare, every, want, freqs)
+            # short of `want`, the rarest words hold too few chunks, and chunks of the other
+            # words alone may belong (unless every word was asked: every match was seen)
+            settled = len(found) >= want or len(rare) == len(every)
+        if not settled:  # the plain disjunction of the rarest words a search may read …
+            words = self._rarest(every, freqs, chunks)
+            found = self._search(view, key, words, words, want, freqs)
+            if len(found) < want and len(words) < len(every):
+                # … and of every word when that is short: the words left out may hold chunks
+                # these do not (under a filter)
+                words = every
+                found = self._search(view, key, every, every, want, freqs)
         scored = dict(found)
         added = [seq for seq, is_added in pending if is_added]
         scored.update(self._score_pending(conn, view, key, words, added, freqs))
@@ -385,11 +396,13 @@ class Keywords:
         self,
         view: View,
         key: int,
+        rare: list[str],
         words: list[str],
         want: int,
         freqs: dict[str, tuple[int, ...]],
     ) -> list[tuple[int, float]]:
-        """(seq, BM25) of the dataset `key`'s best `want` chunks in the index for `words`: each
+        """(seq, BM25 of `words`) of the dataset `key`'s best `want` chunks in the index that
+        hold one of `rare` (rarest_first.py; `rare` is `words`: the plain disjunction): each
         shard's best `want`, searched at once, the best `want` of them kept.
 
         In a shard, Tantivy weighs a word by the idf of the shard's count of chunks holding it;
@@ -398,44 +411,46 @@ class Keywords:
         documents not merged away yet in its total, which `num_docs` leaves out; the boost moves
         by a small fraction of a percent for a tenth of the index deleted)."""
         docs = max(view.searcher.num_docs, 1)
+        asked = set(rare)
         shards = []
         for shard in range(SHARDS):
             prefix = _prefix(key, shard)
-            clauses = []
+            parts: tuple[list[tantivy.Query], list[tantivy.Query]] = ([], [])
             for word in words:
                 held = freqs[word][shard]
                 if held == 0:
                     continue
                 term = tantivy.Query.term_query(self.schema, "text", prefix + word)
                 boost = idf(sum(freqs[word]), docs) / idf(held, docs)
-                # Tantivy's idf counts the deleted documents not merged away yet: at most every
-                # document ever added
-                bound = boost * idf(held, max(view.added, docs)) * (K1 + 1.0)
-                clauses.append(Clause(tantivy.Query.boost_query(term, boost), bound, held))
-            if clauses:
-                shards.append(clauses)
+                parts[word not in asked].append(tantivy.Query.boost_query(term, boost))
+            if parts[0]:
+                shards.append(parts)
         if not shards:
             return []
         pool = _shard_pool()
         others = [
-            pool.submit(maxscore.best, view.searcher, self.schema, clauses, want)
-            for clauses in shards[1:]
+            pool.submit(rarest_first.best, view.searcher, self.schema, *parts, want)
+            for parts in shards[1:]
         ]
-        found = maxscore.best(view.searcher, self.schema, shards[0], want)
+        found = rarest_first.best(view.searcher, self.schema, *shards[0], want)
         for other in others:
             found.extend(other.result())
         found.sort(key=lambda item: (-item[1], item[0]))
         return found[:want]
 
-    def _asked(
-        self, view: View, key: int, words: list[str], freqs: dict[str, tuple[int, ...]]
+    @staticmethod
+    def _rarest(
+        words: list[str],
+        freqs: dict[str, tuple[int, ...]],
+        chunks: int,
+        per_chunk: float | None = None,
     ) -> list[str]:
-        """The words of the question asked of the dataset `key`: its rarest (terms.rarest_terms),
-        by the index's counts."""
+        """The rarest of the question's `words` (terms.rarest_terms), by the index's counts: as
+        many as hold `per_chunk` postings a chunk of the dataset's `chunks` together (the
+        postings a search may read: terms.QUERY_POSTINGS_PER_CHUNK)."""
         if len(words) < 2:
             return words
-        chunks = view.searcher.doc_freq("dataset", key)
-        return rarest_terms(words, lambda word: sum(freqs[word]), chunks)
+        return rarest_terms(words, lambda word: sum(freqs[word]), chunks, per_chunk)
 
     def _score_pending(
         self,
@@ -622,7 +637,7 @@ class Keywords:
         assert self._index is not None
         self._index.reload()
         mean = self._tokens / self._docs if self._docs else 1.0
-        self._view = View(self._index.searcher(), applied, mean, self._docs)
+        self._view = View(self._index.searcher(), applied, mean)
 
 
 # --- the embedded index's log: tables of its SQLite database ------------------------------------

@@ -142,21 +142,28 @@ def _content(terms: list[str]) -> list[str]:
 
 
 QUERY_POSTINGS_PER_CHUNK = 3.0
-"""How many postings a keyword search at scale reads, at most, per chunk of its dataset
-(`rarest_terms`; docs/architecture.md, "A long question asks for its rarest words")."""
+"""How many postings a keyword search at scale reads, at most, per chunk of its dataset, when
+the rarest words alone do not find enough candidates (`rarest_terms`; docs/architecture.md,
+"The rarest words find the candidates; every word scores them")."""
 
 
-def rarest_terms(terms: Sequence[str], doc_freq: Callable[[str], int], chunks: int) -> list[str]:
+def rarest_terms(
+    terms: Sequence[str],
+    doc_freq: Callable[[str], int],
+    chunks: int,
+    per_chunk: float | None = None,
+) -> list[str]:
     """The terms a search asks a large index for: the rarest first (fewest chunks holding
-    them), as many as the dataset holds QUERY_POSTINGS_PER_CHUNK × `chunks` times together,
-    at least the rarest one; in the query's order. The keyword index scores every posting of
-    every term asked (keywords.py: tantivy-py's searches do not prune): a question of forty
+    them), as many as the dataset holds `per_chunk` (QUERY_POSTINGS_PER_CHUNK unless given) ×
+    `chunks` times together, at least the rarest one; in the query's order. The keyword index
+    scores every posting of every term asked (keywords.py: tantivy-py's searches do not
+    prune): a question of forty
     Japanese bigrams or of "debian linux gnu" in a Debian dataset read millions of postings
     for words whose BM25 weight is a tenth of a rare word's. Left out, they move
     `kops eval`'s MRR@10 by at most 0.003 (docs/search-quality.md, "The keyword index's
     ranking")."""
     freq = {term: doc_freq(term) for term in terms}
-    budget = QUERY_POSTINGS_PER_CHUNK * chunks
+    budget = (QUERY_POSTINGS_PER_CHUNK if per_chunk is None else per_chunk) * chunks
     kept: set[str] = set()
     used = 0
     for term in sorted(freq, key=lambda term: freq[term]):  # stable: the query's order on ties

@@ -29,8 +29,9 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ from knowledgeops.db.engine import Database
 from knowledgeops.db.migrate import upgrade
 from knowledgeops.db.schema import datasets, documents
 from knowledgeops.ingest.embedders.local import LocalMiniLM, load_tokenizer
-from knowledgeops.ingest.index import graphs, maxscore, pgvector, terms, vector_rows
+from knowledgeops.ingest.index import graphs, pgvector, rarest_first, terms, vector_rows
 from knowledgeops.ingest.index.base import ChunkIndex, Hit, IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keys import dataset_key
@@ -513,7 +514,9 @@ def _measure_embedded(
         figures.settings["keyword_budget_sweep"] = _keyword_budget_sweep(
             index, dataset_ids[0], questions
         )
-        figures.settings["maxscore_sweep"] = _maxscore_sweep(index, dataset_ids[0], questions)
+        figures.settings["rarest_first_sweep"] = _rarest_first_sweep(
+            index, dataset_ids[0], questions
+        )
     if index.graphs.ready(dataset_key(dataset_ids[0])):
         figures.settings["ingestion"] = _Ingestion(
             index, db, passages, dataset_ids[0], figures.chunks, questions, ingest_rounds
@@ -1081,56 +1084,81 @@ def _hybrid_sweep(
 
 
 KEYWORD_BUDGET_SWEEP = (1.0, 2.0, 3.0, 4.0)  # terms.QUERY_POSTINGS_PER_CHUNK; inf: every word
+RAREST_SWEEP = (0.5, 1.0, 2.0)  # rarest_first.CANDIDATE_POSTINGS_PER_CHUNK
+
+
+@contextmanager
+def _keyword_way(rescore: bool, candidates: float, budget: float) -> Iterator[None]:
+    """The keyword index's search set one way for a while, then put back as it was found."""
+    found = (
+        rarest_first.RESCORE,
+        rarest_first.CANDIDATE_POSTINGS_PER_CHUNK,
+        terms.QUERY_POSTINGS_PER_CHUNK,
+    )
+    rarest_first.RESCORE = rescore
+    rarest_first.CANDIDATE_POSTINGS_PER_CHUNK = candidates
+    terms.QUERY_POSTINGS_PER_CHUNK = budget
+    try:
+        yield
+    finally:
+        (
+            rarest_first.RESCORE,
+            rarest_first.CANDIDATE_POSTINGS_PER_CHUNK,
+            terms.QUERY_POSTINGS_PER_CHUNK,
+        ) = found
 
 
 def _keyword_budget_sweep(
     index: ChunkIndex, dataset_id: str, questions: Sequence[str]
 ) -> dict[str, dict[str, float]]:
-    """A hybrid search's keyword list (HYBRID_CANDIDATES) of the large dataset with each
-    postings budget of the question's rarest words (terms.rarest_terms), and with every word
-    ("inf"): p50, p95, the slowest, and how much of every word's top 10 each keeps. Each
-    question is asked with every budget in turn, the first a different one each time, so no
-    budget meets the page cache alone."""
+    """A hybrid search's keyword list (HYBRID_CANDIDATES) of the large dataset asked each way:
+    the plain disjunction of every word ("inf"); of the question's rarest words within each
+    postings budget (terms.rarest_terms, "1.0" … "4.0": the search before rarest_first.py);
+    and rarest first, candidates found by the rarest words within each budget of
+    RAREST_SWEEP and scored by every word ("rarest 1.0" …). p50, p95, the slowest, and how much
+    of every word's top 10 each keeps. Each question is asked every way in turn, the first a
+    different one each time, so no way meets the page cache alone."""
     chosen = terms.QUERY_POSTINGS_PER_CHUNK
-    budgets = (math.inf, *KEYWORD_BUDGET_SWEEP)
-    took: dict[float, list[float]] = {budget: [] for budget in budgets}
-    tops: dict[float, list[set[str]]] = {budget: [] for budget in budgets}
-    try:
-        for n, question in enumerate(questions):
-            for budget in budgets[n % len(budgets) :] + budgets[: n % len(budgets)]:
-                terms.QUERY_POSTINGS_PER_CHUNK = budget
+    ways: dict[str, tuple[bool, float, float]] = {"inf": (False, math.inf, math.inf)}
+    ways.update({str(budget): (False, math.inf, budget) for budget in KEYWORD_BUDGET_SWEEP})
+    ways.update({f"rarest {candidates}": (True, candidates, chosen) for candidates in RAREST_SWEEP})
+    names = list(ways)
+    took: dict[str, list[float]] = {name: [] for name in names}
+    tops: dict[str, list[set[str]]] = {name: [] for name in names}
+    for n, question in enumerate(questions):
+        for name in names[n % len(names) :] + names[: n % len(names)]:
+            with _keyword_way(*ways[name]):
                 began = time.perf_counter()
                 hits = index.search_keyword(dataset_id, question, HYBRID_CANDIDATES)
-                took[budget].append((time.perf_counter() - began) * 1000)
-                tops[budget].append({hit.chunk_id for hit in hits[:TOP_K]})
-    finally:
-        terms.QUERY_POSTINGS_PER_CHUNK = chosen
+                took[name].append((time.perf_counter() - began) * 1000)
+            tops[name].append({hit.chunk_id for hit in hits[:TOP_K]})
     out: dict[str, dict[str, float]] = {}
-    for budget in budgets:
+    for name in names:
         kept = [
             len(top & every) / len(every)
-            for top, every in zip(tops[budget], tops[math.inf], strict=True)
+            for top, every in zip(tops[name], tops["inf"], strict=True)
             if every
         ]
-        out[str(budget)] = {
-            "p50": round(percentile(took[budget], 50), 2),
-            "p95": round(percentile(took[budget], 95), 2),
-            "max": round(max(took[budget]), 2),
+        out[name] = {
+            "p50": round(percentile(took[name], 50), 2),
+            "p95": round(percentile(took[name], 95), 2),
+            "max": round(max(took[name]), 2),
             "top10_kept": round(float(np.mean(kept)), 4) if kept else 1.0,
         }
     return out
 
 
-def _maxscore_sweep(
+def _rarest_first_sweep(
     index: ChunkIndex, dataset_id: str, questions: Sequence[str], dimension: int = DIMENSION
 ) -> dict[str, dict[str, float]]:
     """The large dataset's keyword search and hybrid search (HYBRID_CANDIDATES from each list)
-    with the keyword index's MaxScore (maxscore.py) and with the plain disjunction: p50, p95,
-    the slowest (a second pass; each question asked both ways in turn, the first a different
-    one each time), and the share of questions whose keyword list is the same both ways."""
+    with the keyword index's search rarest first (rarest_first.py, as set) and with the plain
+    disjunction of the rarest words within the postings budget (the search before it): p50,
+    p95, the slowest (a second pass; each question asked both ways in turn, the first a
+    different one each time)."""
     embedder = HashingEmbedder(dimension)
     vectors = [embedder.vector(question) for question in questions]
-    pool = ThreadPoolExecutor(1, thread_name_prefix="bench-maxscore")
+    pool = ThreadPoolExecutor(1, thread_name_prefix="bench-rarest")
 
     def hybrid(q: int) -> list[Hit]:
         words = pool.submit(index.search_keyword, dataset_id, questions[q], HYBRID_CANDIDATES)
@@ -1140,37 +1168,30 @@ def _maxscore_sweep(
     def keyword(q: int) -> list[Hit]:
         return index.search_keyword(dataset_id, questions[q], HYBRID_CANDIDATES)
 
-    ways = (True, False)
-    chosen = maxscore.PRUNE
-    took: dict[tuple[str, bool], list[float]] = {}
-    lists: dict[bool, list[list[str]]] = {way: [] for way in ways}
+    candidates, budget = rarest_first.CANDIDATE_POSTINGS_PER_CHUNK, terms.QUERY_POSTINGS_PER_CHUNK
+    ways = {"rarest first": True, "budget": False}
+    took: dict[tuple[str, str], list[float]] = {}
     try:
         for mode, call in (("keyword", keyword), ("hybrid", hybrid)):
             for _ in range(2):  # the first pass reads the pages in; the second is reported
                 for way in ways:
                     took[mode, way] = []
                 for n in range(len(questions)):
-                    for way in ways[n % 2 :] + ways[: n % 2]:
-                        maxscore.PRUNE = way
-                        began = time.perf_counter()
-                        hits = call(n)
-                        took[mode, way].append((time.perf_counter() - began) * 1000)
-                        if mode == "keyword":
-                            lists[way].append([hit.chunk_id for hit in hits])
+                    for way in (*ways,)[n % 2 :] + (*ways,)[: n % 2]:
+                        with _keyword_way(ways[way], candidates, budget):
+                            began = time.perf_counter()
+                            call(n)
+                            took[mode, way].append((time.perf_counter() - began) * 1000)
     finally:
-        maxscore.PRUNE = chosen
         pool.shutdown()
-    count = len(questions)
-    same = sum(a == b for a, b in zip(lists[True][-count:], lists[False][-count:], strict=True))
-    out: dict[str, dict[str, float]] = {}
-    for (mode, way), values in took.items():
-        out[f"{mode} {'maxscore' if way else 'plain'}"] = {
+    return {
+        f"{mode} {way}": {
             "p50": round(percentile(values, 50), 2),
             "p95": round(percentile(values, 95), 2),
             "max": round(max(values), 2),
         }
-    out["keyword maxscore"]["same_lists"] = round(same / max(count, 1), 4)
-    return out
+        for (mode, way), values in took.items()
+    }
 
 
 def _pg_ef_sweep(
@@ -1298,7 +1319,7 @@ def _measure_pg_keywords(
     figures.settings["keyword_budget_sweep"] = _keyword_budget_sweep(
         index, dataset_ids[0], questions
     )
-    figures.settings["maxscore_sweep"] = _maxscore_sweep(index, dataset_ids[0], questions)
+    figures.settings["rarest_first_sweep"] = _rarest_first_sweep(index, dataset_ids[0], questions)
     figures.settings["gin_keyword_ms"] = _gin_keyword(db, dataset_ids, questions)
 
 
