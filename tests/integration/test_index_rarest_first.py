@@ -1,7 +1,7 @@
 """Rarest first over a real Tantivy index (ingest/index/rarest_first.py): every document a search
 returns carries the plain disjunction's score of every term; the common terms are asked for
 the candidates alone; where every match of the rare terms is a candidate, the answer is the
-plain disjunction's, in its order, ties and deleted documents included."""
+plain disjunction's ranking of those matches, ties and deleted documents included."""
 
 from __future__ import annotations
 
@@ -87,7 +87,8 @@ def full_top(searcher: tantivy.Searcher, words: list[str], want: int) -> list[tu
 def test_every_document_returned_carries_every_terms_score(searcher: tantivy.Searcher) -> None:
     """Random questions, their rarest one to three words asked first: each document returned is
     scored as the plain disjunction of every word scores it, best first; where the rare words
-    match no more documents than the candidates, the answer is the plain disjunction's."""
+    match no more documents than the candidates, the answer is the plain disjunction's ranking
+    of the documents they match."""
     rng = np.random.default_rng(9)
     whole = 0
     for _ in range(60):
