@@ -91,7 +91,7 @@ def test_bench_search_measures_both_topologies_at_a_given_number_of_chunks(
         assert min(f["recall_at_10"].values()) >= 0.9
     embedded = figures["embedded"]
     assert embedded["index_memory_mb"] > 0  # the large dataset went through its graph
-    assert embedded["settings"]["ef_sweep"]
+    assert embedded["settings"]["probe_sweep"]
     # what keeping the index costs ingestion: the real model's throughput with the index's
     # threads taking the chunks in and with them stopped, in turn, searches timed meanwhile;
     # the documents are gone after (the kept database's test below counts its rows)

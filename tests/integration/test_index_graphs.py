@@ -1,7 +1,12 @@
-"""The embedded index's HNSW graphs (ingest/index/graphs.py) against a real SQLite database:
-a search never answers from a generation, document or dataset the database dropped, finds a
-document the moment it is activated, and the snapshots beside the database survive a kill -9
-(a torn or missing file is rebuilt from the database, an older one is caught up from the log)."""
+"""The embedded index's side indexes of vectors (ingest/index/graphs.py: inverted lists, lists.py)
+against a real SQLite database: a search never answers from a generation, document or dataset the
+database dropped, finds a document the moment it is activated, lists a dataset has outgrown are
+trained again, and the snapshots beside the database survive a kill -9 (a torn or missing file
+is rebuilt from the database, an older one is caught up from the log).
+
+Most tests here are about consistency, not recall: their fixture scans every list (the int8
+codes then rank candidates that are scored exactly, so a search is exact) and trains lists
+again only where a test says so. Recall at the shares chosen is tests/unit/test_lists.py's."""
 
 from __future__ import annotations
 
@@ -17,10 +22,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from usearch.index import Index
 
 from knowledgeops.db.engine import Database
-from knowledgeops.ingest.index import graphs
+from knowledgeops.ingest.index import graphs, lists
 from knowledgeops.ingest.index.base import IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keys import dataset_key
@@ -108,21 +112,10 @@ def built(index: SqliteIndex, dataset: str) -> None:
     assert index.graphs.caught_up(timeout=30)
 
 
-def as_saved_before_the_sweep(index: SqliteIndex) -> Path:
-    """Rename the index's one snapshot as a version before the sweep named it: its path."""
-    folder = graph_folder(index.db)
-    assert folder is not None
-    (snapshot,) = folder.iterdir()
-    assert snapshot.name.endswith(graphs.SNAPSHOT_SUFFIX)
-    older = snapshot.with_name(snapshot.name.replace(graphs.SNAPSHOT_SUFFIX, ".usearch"))
-    snapshot.rename(older)
-    with index.db.write() as tx:
-        tx.exec_driver_sql(f"UPDATE {index.graphs.snapshots} SET file = ?", (older.name,))
-    return older
-
-
 @pytest.fixture
-def setup(sqlite_db: Database):
+def setup(sqlite_db: Database, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(lists, "PROBE_SHARE", 1.0)
+    monkeypatch.setattr(lists, "REGROW", 10**9)
     index = make(sqlite_db)
     with sqlite_db.write() as conn:
         dataset = insert_dataset(conn)
@@ -141,69 +134,35 @@ def test_a_graph_search_equals_exact_on_a_small_dataset(setup) -> None:
         as_exact(index, dataset, query)
 
 
-def test_a_fused_lists_short_walk_leaves_the_vector_searchs_walk_as_it_was(
+def test_a_fused_list_scans_fewer_lists_and_leaves_other_searches_as_they_were(
     setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A hybrid search's vector list walks the graph less far (EXPANSION_FUSED): the walk's
-    breadth is the graph's own setting, so it must be set back for every other search."""
+    """A hybrid search's vector list scans a smaller share of the lists (PROBE_SHARE_FUSED),
+    given to each search: every other search still scans its own share."""
     index, dataset = setup
     with index.db.write() as conn:
         document = insert_document(conn, dataset)
     write(index, dataset, document, 1, texts(1, 300))
     built(index, dataset)
-    monkeypatch.setattr(graphs, "EXPANSION_FUSED", 1)
+    monkeypatch.setattr(lists, "PROBE_SHARE_FUSED", 0.0)  # one list, the question's nearest
+    monkeypatch.setattr(lists, "PROBE_MIN_VECTORS", 0)  # (a dataset this small is scanned whole)
+    graph = index.graphs._graphs[dataset_key(dataset)]
     live = {chunk_id(document, 1, n) for n in range(300)}
+    narrower = 0
     for query in texts(2, 20):
-        fused = index.search_vector(dataset, EMBED.vector(query), 5, fused=True)
+        vector = EMBED.vector(query)
+        fused = index.search_vector(dataset, vector, 5, fused=True)
         assert len(fused) == 5
         assert {h.chunk_id for h in fused} <= live
+        assert len(graph.index.search(vector, 300, 0.0)) < 300  # one list holds fewer
+        narrower += fused != index.search_vector(dataset, vector, 5)
         as_exact(index, dataset, query)
-    graph = index.graphs._graphs[dataset_key(dataset)]
-    assert graph.index.expansion_search == graphs.EXPANSION_SEARCH
+    assert narrower > 0  # one list of 16 misses some of the best
 
 
-def reached(index: Index) -> set[int]:
-    """The keys a walk as broad as the graph reaches: every one when the graph is connected."""
-    index.expansion_search = max(graphs.EXPANSION_SEARCH, len(index))
-    probe = np.full(index.ndim, 1.0, dtype=np.float32)
-    return {int(key) for key in np.asarray(index.search(probe, len(index), threads=1).keys)}
-
-
-def test_a_graph_built_by_several_threads_reaches_every_vector_once_swept() -> None:
-    """usearch's add from several threads leaves nodes no walk reaches (in about three builds
-    of 300 float16 vectors in four, on 2 threads): relink_orphans adds them again, and then a
-    walk as broad as the graph finds every vector, in every one of 30 builds."""
-    rng = np.random.default_rng(3)
-    keys = np.arange(300, dtype=np.uint64)
-    for _ in range(30):
-        vectors = rng.standard_normal((300, 32)).astype(np.float32)
-        index = Index(ndim=32, metric="cos", dtype="f16", connectivity=graphs.CONNECTIVITY)
-        index.expansion_add = graphs.EXPANSION_ADD
-        index.add(keys, vectors, threads=2)
-        graphs.relink_orphans(index, threads=2)
-        assert reached(index) == set(range(300))
-        assert index.expansion_search == graphs.EXPANSION_SEARCH  # set back for the searches
-        found = index.search(vectors[:5], 1, threads=1)  # a vector added again is its own
-        assert np.asarray(found.keys)[:, 0].tolist() == [0, 1, 2, 3, 4]
-
-
-@pytest.mark.parametrize("size", [1, 5, 300])
-def test_the_sweep_adds_nothing_again_in_a_graph_built_by_one_thread(size: int) -> None:
-    """One thread strands no vector (0 of 400 builds measured), so the sweep finds nothing to
-    add again: not 40 identical vectors, whose walks find their twins as near as themselves,
-    nor the vectors of a graph smaller than the walk's k."""
-    rng = np.random.default_rng(4)
-    vectors = rng.standard_normal((size, 32)).astype(np.float32)
-    vectors[: min(size, 40)] = vectors[0]  # one chunk's text, many times
-    index = Index(ndim=32, metric="cos", dtype=graphs.graph_dtype())
-    index.add(np.arange(size, dtype=np.uint64), vectors, threads=1)
-    assert graphs.relink_orphans(index, threads=2) == 0
-    assert reached(index) == set(range(size))
-
-
-def test_a_snapshot_saved_before_the_sweep_is_swept_when_loaded_and_saved_again(setup) -> None:
-    """A snapshot file without SNAPSHOT_SUFFIX was written by a version whose builds were not
-    swept: it loads (no rebuild), is swept, and is saved again under the new name."""
+def test_a_snapshot_of_an_earlier_version_is_rebuilt_from_the_database(setup) -> None:
+    """A snapshot file without SNAPSHOT_SUFFIX is an HNSW graph an earlier version saved: the
+    start builds lists from the database, saves them, and sweeps the old file."""
     index, dataset = setup
     with index.db.write() as conn:
         document = insert_document(conn, dataset)
@@ -212,34 +171,30 @@ def test_a_snapshot_saved_before_the_sweep_is_swept_when_loaded_and_saved_again(
     index.close()
     folder = graph_folder(index.db)
     assert folder is not None
-    older = as_saved_before_the_sweep(index)
+    (snapshot,) = folder.iterdir()
+    older = snapshot.with_name(f"{dataset_key(dataset)}-1-1.linked.usearch")
+    snapshot.rename(older)
+    with index.db.write() as tx:
+        tx.exec_driver_sql(f"UPDATE {index.graphs.snapshots} SET file = ?", (older.name,))
     again = make(index.db)
-    swept: list[int] = []
-    sweep = graphs.relink_orphans
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(graphs, "relink_orphans", lambda *a, **k: swept.append(1) or sweep(*a, **k))
-        built(again, dataset)
-    assert again.graphs.builds == 0
-    assert swept == [1]
+    built(again, dataset)
+    assert again.graphs.builds == 1
     assert again.graphs.size(dataset_key(dataset)) == 200
     for query in texts(6, 10):
         as_exact(again, dataset, query)
-    assert again.graphs.caught_up(timeout=30)
-    deadline = time.monotonic() + 30
-    while older.exists() and time.monotonic() < deadline:  # saved again at once, then swept
-        time.sleep(0.05)
+    again.close()
     (saved,) = folder.iterdir()
     assert saved.name.endswith(graphs.SNAPSHOT_SUFFIX)
-    again.close()
 
 
-@pytest.mark.parametrize("snapshot", [False, True])
-def test_a_graph_stopped_before_it_is_whole_is_neither_kept_nor_saved(
-    setup, monkeypatch: pytest.MonkeyPatch, snapshot: bool
+@pytest.mark.parametrize("retrain", [False, True])
+def test_lists_stopped_before_they_are_whole_are_neither_kept_nor_saved(
+    setup, monkeypatch: pytest.MonkeyPatch, retrain: bool
 ) -> None:
-    """The index closed while a graph is built, or while an older snapshot is swept: the
-    half-made graph answers no search and is not saved (its snapshot row would claim the whole
-    log); the next start builds it, or loads and sweeps the older snapshot, again."""
+    """The index closed while lists are built, first or again for a dataset that outgrew them:
+    the half-made lists answer no search and are not saved (their snapshot row would claim the
+    whole log); a first build is made again at the next start, and lists being trained again
+    leave the old ones in place, saved as they were."""
     index, dataset = setup
     with index.db.write() as conn:
         document = insert_document(conn, dataset)
@@ -247,43 +202,82 @@ def test_a_graph_stopped_before_it_is_whole_is_neither_kept_nor_saved(
     key = dataset_key(dataset)
     folder = graph_folder(index.db)
     assert folder is not None
-    if snapshot:  # an older snapshot, saved before the sweep: loading it sweeps it
+    if retrain:
         built(index, dataset)
-        index.close()
-        older = as_saved_before_the_sweep(index)
-        index = make(index.db)
-    sweep = graphs.relink_orphans
+        index.graphs.stop()
+        index.graphs._save(index.graphs._graphs[key])
+        older = index.graphs._graphs[key]
+        monkeypatch.setattr(lists, "REGROW", 1)  # the lists are due to be trained again
+    fetch = graphs.Graphs._vectors
 
-    def closed_meanwhile(graph: Index, threads: int, stop: threading.Event) -> int:
-        stop.set()  # what close() does, arriving while the graph is swept
-        return sweep(graph, threads, stop)
+    def closed_meanwhile(keeper: graphs.Graphs, conn, seqs):
+        keeper._stop.set()  # what close() does, arriving while the lists are built
+        return fetch(keeper, conn, seqs)
 
-    monkeypatch.setattr(graphs, "relink_orphans", closed_meanwhile)
-    monkeypatch.setattr(graphs.os, "cpu_count", lambda: 2)  # a build by one thread: no sweep
+    monkeypatch.setattr(graphs.Graphs, "_vectors", closed_meanwhile)
     index.graphs.want(key)
     deadline = time.monotonic() + 30
     while index.graphs._thread is not None and index.graphs._thread.is_alive():
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    assert not index.graphs.ready(key)
-    assert index.graphs.builds == 0
-    index.close()
+    assert index.graphs.builds == (1 if retrain else 0)
+    assert index.graphs.retrained == 0
+    if retrain:
+        assert index.graphs._graphs[key] is older  # the old lists still answer
+    else:
+        assert not index.graphs.ready(key)
+    index.graphs.stop()
     files = sorted(path.name for path in folder.iterdir()) if folder.is_dir() else []
     with index.db.read() as conn:
         rows = conn.exec_driver_sql(f"SELECT file FROM {index.graphs.snapshots}").all()
-    if snapshot:  # the older snapshot is kept as it was, to be swept at the next start
-        assert files == [older.name]
-        assert [row[0] for row in rows] == [older.name]
-    else:
-        assert files == []
-        assert rows == []
-    monkeypatch.setattr(graphs, "relink_orphans", sweep)
+    assert [row[0] for row in rows] == files
+    assert len(files) == (1 if retrain else 0)
+    monkeypatch.setattr(graphs.Graphs, "_vectors", fetch)
+    monkeypatch.setattr(lists, "REGROW", 10**9)
     again = make(index.db)
     built(again, dataset)
-    assert again.graphs.builds == (0 if snapshot else 1)
+    assert again.graphs.builds == (0 if retrain else 1)
     assert again.graphs.size(key) == 200
     for query in texts(14, 10):
         as_exact(again, dataset, query)
+    again.close()
+
+
+def test_lists_a_dataset_has_outgrown_are_trained_again_from_the_database(
+    setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lists trained for 100 chunks serve the dataset as it grows; once they hold REGROW times
+    that, new ones are trained on a sample of the database and take the old ones' place, with
+    as many lists as the size asks for, every chunk in them once, and the searches exact."""
+    index, dataset = setup
+    monkeypatch.setattr(lists, "REGROW", 4)
+    with index.db.write() as conn:
+        first, later = insert_document(conn, dataset), insert_document(conn, dataset)
+    write(index, dataset, first, 1, texts(40, 100))
+    built(index, dataset)
+    key = dataset_key(dataset)
+    old = index.graphs._graphs[key]
+    assert (old.index.trained_for, old.index.lists) == (100, lists.lists_for(100))
+    write(index, dataset, later, 1, texts(41, 500))
+    deadline = time.monotonic() + 30
+    while index.graphs.retrained < 1:
+        assert time.monotonic() < deadline
+        index.graphs.want(key)
+        time.sleep(0.05)
+    assert index.graphs.caught_up(timeout=30)
+    fresh = index.graphs._graphs[key]
+    assert fresh is not old
+    assert index.graphs.builds == 2
+    assert (fresh.index.trained_for, fresh.index.lists) == (600, lists.lists_for(600))
+    assert fresh.index.lists > old.index.lists
+    assert index.graphs.size(key) == 600
+    for query in texts(41, 500)[:10] + texts(42, 10):
+        as_exact(index, dataset, query)
+    index.close()  # saved with the size it was trained for, which a start reads back
+    again = make(index.db)
+    built(again, dataset)
+    assert again.graphs.builds == 0
+    assert again.graphs._graphs[key].index.trained_for == 600
     again.close()
 
 
@@ -432,15 +426,11 @@ def test_a_snapshot_is_loaded_and_caught_up_not_rebuilt(setup) -> None:
         document, later = insert_document(conn, dataset), insert_document(conn, dataset)
     write(index, dataset, document, 1, texts(7, 200))
     built(index, dataset)
-    key = dataset_key(dataset)
-    assert index.graphs._graphs[key].index.expansion_add == graphs.EXPANSION_GROW
     index.close()
     write(index, dataset, later, 1, texts(8, 30))  # after the snapshot: only in the log
     again = make(index.db)
     built(again, dataset)
     assert again.graphs.builds == 0  # loaded
-    # built or loaded, a graph takes later chunks in at the breadth measured for growth
-    assert again.graphs._graphs[key].index.expansion_add == graphs.EXPANSION_GROW
     assert again.graphs.size(dataset_key(dataset)) == 230
     for query in texts(9, 10):
         as_exact(again, dataset, query)

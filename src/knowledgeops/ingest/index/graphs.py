@@ -1,36 +1,38 @@
-"""The embedded index's HNSW graphs: one per large dataset, kept beside the SQLite database and
-never trusted on their own (docs/architecture.md: Vector search at a million chunks).
+"""The embedded index's side indexes of vectors: inverted lists (lists.py), one per large
+dataset, kept beside the SQLite database and never trusted on their own (docs/architecture.md:
+Vector search at a million chunks). They were HNSW graphs until their upkeep proved too dear
+for ingestion; the names here (`Graphs`, a dataset's "graph") stayed.
 
-The database stays the truth. Every change a graph must follow is a row of the vector log
-(`<vector table>_log`), written by `SqliteIndex` in the transaction that makes it: the chunks a
-generation's activation makes searchable (added), the chunks a delete or a new generation drops
-(removed), a dataset deleted whole (a reset). A graph knows the last log row it reflects; a
-background thread (one per index) builds the graphs of the datasets searched, applies the log to
-them, and saves a snapshot now and then.
+The database stays the truth. Every change a dataset's lists must follow is a row of the vector
+log (`<vector table>_log`), written by `SqliteIndex` in the transaction that makes it: the chunks
+a generation's activation makes searchable (added), the chunks a delete or a new generation
+drops (removed), a dataset deleted whole (a reset). The lists know the last log row they
+reflect; a background thread (one per index) builds the lists of the datasets searched, applies
+the log to them, trains them again from the database when the dataset has outgrown them, and
+saves a snapshot now and then.
 
-The thread stages the log's new chunks in memory first (stage.py) and adds them to the graph
-while the machine has a core to spare, or when the stage is full: a graph's upkeep does not
-slow the model embedding a burst of documents.
+The thread stages the log's new chunks in memory first (stage.py) and adds them to the lists
+while the machine has a core to spare, or when the stage is full.
 
-A search asks its dataset's graph for candidates, adds the staged chunks nearest to the
+A search asks its dataset's lists for candidates, adds the staged chunks nearest to the
 question (each scored exactly) and every chunk logged as added since the thread last looked
 (so a document is found the moment its job completes), and then scores all of them exactly in
 SQL against the chunks that are active now, in the same read transaction:
-a chunk the graph still holds but the database dropped (a stale generation, a deleted document)
-cannot answer, and every score is the exact cosine. A graph that is missing (not built yet,
-being rebuilt) or too far behind answers nothing and the search is exact.
+a chunk the lists still hold but the database dropped (a stale generation, a deleted document)
+cannot answer, and every score is the exact cosine. Lists that are missing (not built yet) or
+too far behind answer nothing and the search is exact.
 
 Snapshots are written to a temporary file, flushed and renamed to `<dataset key>-<log id>-<last
-log id read>.linked.usearch`; only then does the database row in `<vector table>_snapshots`
-point to them, and the log rows the snapshot holds are pruned. A process killed while writing
-leaves at most a temporary file (swept at the next load) and the older snapshot, which is loaded
-and caught up from the log; a snapshot that does not load, or holds another number of vectors
-than its row says, is rebuilt from the database.
+log id read>-<trained for>.lists.faiss`; only then does the database row in `<vector
+table>_snapshots` point to them, and the log rows the snapshot holds are pruned. A process
+killed while writing leaves at most a temporary file (swept at the next load) and the older
+snapshot, which is loaded and caught up from the log; a snapshot that does not load, holds
+another number of vectors than its row says, or is a graph of an earlier version, is rebuilt
+from the database.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
@@ -39,27 +41,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 import numpy.typing as npt
 from sqlalchemy import Connection
-from usearch.index import Index
 
 from knowledgeops.db.engine import Database
 from knowledgeops.ingest.index.keywords import state_table
+from knowledgeops.ingest.index.lists import PROBE_SHARE, Lists, sample_size
 from knowledgeops.ingest.index.stage import LOOK_S, STAGE_MAX, SpareCores, Stage
 
 log = logging.getLogger(__name__)
 
-# chosen by measurement (docs/performance.md: Vector search at a million chunks)
-CONNECTIVITY = 32  # HNSW's M
-EXPANSION_ADD = 256  # ef_construction of a build
-EXPANSION_GROW = 192  # ef_construction of the chunks the log adds to a built graph
-EXPANSION_SEARCH = 1024  # ef
-EXPANSION_FUSED = 512  # ef of a hybrid search's vector list (SqliteIndex.search_vector)
-# the graph's copy of the vectors (graph_dtype; i8 lost the order: recall 0.85 at 6k chunks)
-DTYPES = ("bf16", "f16")
 CANDIDATES_MIN = 40  # the graph's nearest asked for at least, then scored exactly
 CANDIDATES_PER_K = 4
 CANDIDATES_MAX = 4096
@@ -72,14 +65,8 @@ SNAPSHOT_INTERVAL_S = 300.0  # … or this long since it, with any change
 PRUNE_INTERVAL_S = 60.0
 PRUNE_AFTER_ROWS = 10_000  # log rows written that start a prune when no graph is kept
 POLL_S = 0.5
-# a build's sweep for the nodes no walk reaches (relink_orphans): each node is looked for with its
-# own vector by a walk of ORPHAN_WALKS' first breadth among its nearest k, one missed by the next
-# walk, and so on; the last is a search's walk (measured: docs/performance.md)
-ORPHAN_WALKS = ((8, 1), (64, 16), (EXPANSION_SEARCH, 16))
-ORPHAN_ROUNDS = 3
-TWIN_DISTANCE = 1e-5  # a vector's distance to itself in the graph's type is under 3e-7
-# a snapshot's file name ends in it: one without (written before the sweep) is swept when loaded
-SNAPSHOT_SUFFIX = ".linked.usearch"
+# a snapshot's file name ends in it; one without (an HNSW graph of an earlier version) is rebuilt
+SNAPSHOT_SUFFIX = ".lists.faiss"
 RESET = -1  # the seq of a log row that empties a dataset's graph (the dataset was deleted)
 
 
@@ -102,103 +89,6 @@ def create_tables(conn: Connection, vec: str) -> None:
     )
 
 
-@functools.cache
-def graph_dtype() -> str:
-    """The graphs' vector type: bfloat16 where usearch has a kernel for it on this CPU (on one
-    with AVX-512 BF16 it multiplies bfloat16 natively: at 100,000 chunks a graph built in 88 s
-    against 154 for float16, a chunk taken in for 1.6 ms against 2.9, a walk at ef 1024 in
-    6.4 ms against 8.6, the same recall; docs/performance.md), else float16. Both keep two bytes
-    a dimension; a snapshot keeps the type it was built with."""
-    for dtype in DTYPES:
-        probe = Index(ndim=16, metric="cos", dtype=dtype)
-        if probe.hardware_acceleration != "serial":
-            return dtype
-    return DTYPES[-1]
-
-
-def relink_orphans(index: Index, threads: int, stop: threading.Event | None = None) -> int | None:
-    """Add again, one thread alone, every node of the graph that no walk reaches: how many;
-    None when `stop` was set before the sweep was done.
-
-    usearch's add from several threads (a build) leaves a few: a node whose lower level still
-    has no links can be taken by a concurrent insert as its only way in, and the link is pruned
-    later (usearch issue #735, open in 2.26). Measured on 2 threads: some in 295 of 400 builds
-    of 300 vectors in float16 (56 of 400 in bfloat16), up to 12 in one; 3 to 14 of 50,000; such
-    a chunk is never a vector search's answer. Each node is looked for with its own vector by a
-    short walk, one it misses by a broader one, and one a search's walk misses too is removed
-    and added again by one thread, which links it as a serial build does (ORPHAN_WALKS). A node
-    whose walk finds k vectors as near as its own (identical chunks) counts as found: any of
-    them answers as well. The index must not be in use (a build, a load)."""
-    try:
-        return _relink(index, threads, stop)
-    except _Stopped:
-        return None
-    finally:
-        index.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]
-
-
-class _Stopped(Exception):
-    """The graphs' thread was asked to stop during a sweep."""
-
-
-def _relink(index: Index, threads: int, stop: threading.Event | None) -> int:
-    lost = np.asarray(index.keys, dtype=np.uint64)
-    for breadth, k in ORPHAN_WALKS:  # each walk broader than the last, for fewer keys
-        lost = _unfound(index, lost, breadth, k, threads, stop)
-    last, k = ORPHAN_WALKS[-1]
-    relinked: set[int] = set()
-    for _ in range(ORPHAN_ROUNDS):
-        if not len(lost):
-            break
-        vectors = _stored(index, lost)
-        index.remove(lost)
-        index.expansion_add = EXPANSION_ADD  # type: ignore[misc]
-        index.add(lost, vectors, threads=1)
-        relinked.update(int(key) for key in lost)
-        lost = _unfound(index, lost, last, k, threads, stop)
-    if len(lost):
-        log.warning(
-            "%d vectors of a graph stay out of every walk after %d rounds of adding them again",
-            len(lost),
-            ORPHAN_ROUNDS,
-        )
-    return len(relinked)
-
-
-def _unfound(
-    index: Index,
-    keys: npt.NDArray[np.uint64],
-    breadth: int,
-    k: int,
-    threads: int,
-    stop: threading.Event | None,
-) -> npt.NDArray[np.uint64]:
-    """The keys whose own vector's walk of `breadth` finds neither them among its k nearest
-    nor k vectors as near as their own."""
-    index.expansion_search = breadth  # type: ignore[misc]
-    missed: list[npt.NDArray[np.uint64]] = []
-    for start in range(0, len(keys), READ_BATCH):
-        if stop is not None and stop.is_set():
-            raise _Stopped
-        part = keys[start : start + READ_BATCH]
-        found = index.search(_stored(index, part), k, threads=threads)
-        held = np.atleast_2d(np.asarray(found.keys))
-        near = np.atleast_2d(np.asarray(found.distances))
-        # a batch's results say how many of each row's k were found; one row's are cut to them
-        counts = np.asarray(getattr(found, "counts", [held.shape[1]])).reshape(-1)
-        valid = np.arange(held.shape[1])[None, :] < counts[:, None]
-        itself = ((held == part[:, None]) & valid).any(axis=1)
-        twins = (counts >= k) & (near[:, -1] <= TWIN_DISTANCE) if held.shape[1] else itself
-        missed.append(part[~(itself | twins)])
-    return np.concatenate(missed) if missed else keys[:0]
-
-
-def _stored(index: Index, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.float32]:
-    """The graph's own copies of the keys' vectors (all held), one row each, as float32."""
-    rows = cast("tuple[npt.NDArray[np.float32], ...]", index.get(keys, dtype="f32"))
-    return np.vstack(rows)
-
-
 def candidates_for(k: int, share: float) -> int:
     """How many of the graph's nearest to score for k results, when `share` of the dataset's
     chunks pass the search's filter (1.0: no filter)."""
@@ -209,15 +99,14 @@ def candidates_for(k: int, share: float) -> int:
 @dataclass
 class Graph:
     key: int
-    index: Index
+    index: Lists
     applied: int  # the last log row it reflects (a snapshot holds the graph as of this row)
     stage: Stage
     staged: int = 0  # the last log row the graph and its stage reflect together
     changes: int = 0  # vectors added to or removed from the graph since the last snapshot
     saved_at: float = field(default_factory=time.monotonic)
     snapshot: int | None = None  # the log id of its last snapshot
-    # a usearch index is used by one thread at a time: its Python calls all run in the same
-    # per-thread context (usearch's thread 0), and the walk's breadth is the index's own setting
+    # a search must not scan the lists while the thread adds to them or removes from them
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     add_s: float = 0.0  # what adding a vector took in the last turn (0: not measured yet)
 
@@ -225,7 +114,7 @@ class Graph:
 def turn_size(add_s: float) -> int:
     """How many vectors to add in one turn of the graph's lock: as many as take about
     APPLY_TURN_S at the cost of the last turn (one while it is not known), at most
-    APPLY_BATCH. At a million chunks a vector takes 2–3 ms, so 64 held searches for 150 ms."""
+    APPLY_BATCH (a search waits for the turn)."""
     if add_s <= 0.0:
         return 1
     return max(1, min(APPLY_BATCH, int(APPLY_TURN_S / add_s)))
@@ -262,8 +151,8 @@ class Graphs:
         self._spare = SpareCores()
         self._flush_until = 0.0  # till then the graph takes staged chunks in at once (caught_up)
         self._logged = 0  # log rows written by this process since the last prune
-        self.builds = 0  # graphs built from the database (not loaded): for tests and bench
-        self.relinked = 0  # vectors relink_orphans added again (the bench reports it)
+        self.builds = 0  # lists built from the database (not loaded): for tests and bench
+        self.retrained = 0  # of those, built again because the dataset had outgrown its lists
 
     # --- searches -------------------------------------------------------------------------------
     def nearest(
@@ -272,13 +161,13 @@ class Graphs:
         key: int,
         vector: npt.NDArray[np.float32],
         want: int,
-        breadth: int = EXPANSION_SEARCH,
+        share: float = PROBE_SHARE,
     ) -> list[int] | None:
-        """Candidate seqs for a search of the dataset `key`: the graph's `want` nearest (a walk
-        of `breadth`: HNSW's ef), the stage's `want` nearest (exactly), and the chunks logged
-        as added since the thread last read the log, read in `conn`'s transaction (the one that
-        scores them). None when there is no graph yet (one
-        is built) or it is far behind."""
+        """Candidate seqs for a search of the dataset `key`: the lists' `want` nearest (a scan
+        of the `share` of its lists nearest to the question), the stage's `want` nearest
+        (exactly), and the chunks logged as added since the thread last read the log, read in
+        `conn`'s transaction (the one that scores them). None when there are no lists yet (they
+        are built) or they are far behind."""
         graph = self._graphs.get(key)
         if graph is None:
             self.want(key)
@@ -295,11 +184,8 @@ class Graphs:
         if len(pending) > PENDING_MAX or any(seq == RESET for seq, _ in pending):
             return None
         with graph.lock:
-            index = graph.index
-            index.expansion_search = breadth  # type: ignore[misc]
-            found = index.search(np.asarray(vector, dtype=np.float32), want, threads=1)
+            seqs = graph.index.search(vector, want, share)
             staged = graph.stage.nearest(_unit(vector), want)
-        seqs = [int(seq) for seq in np.asarray(found.keys)]
         seqs.extend(staged)
         seqs.extend(seq for seq, added in pending if added)
         return list(dict.fromkeys(seqs))
@@ -372,7 +258,7 @@ class Graphs:
 
     def memory_bytes(self) -> int:
         return sum(
-            int(graph.index.memory_usage) + graph.stage.memory_bytes()
+            graph.index.memory_bytes + graph.stage.memory_bytes()
             for graph in list(self._graphs.values())
         )
 
@@ -427,7 +313,8 @@ class Graphs:
                 return
             with self._state:
                 self._graphs[key] = graph
-        for graph in list(self._graphs.values()):
+        for kept in list(self._graphs.values()):
+            graph = self._retrain(kept) or kept if kept.index.stale else kept
             while not self._stop.is_set() and graph.key in self._graphs:
                 staged = self._catch_up(graph)
                 if not (self._drain(graph) or staged):
@@ -438,16 +325,6 @@ class Graphs:
                 self._save(graph)
         if time.monotonic() - self._pruned_at >= PRUNE_INTERVAL_S:
             self._prune()
-
-    def _new_index(self) -> Index:
-        return Index(
-            ndim=self.dimension,
-            metric="cos",
-            dtype=graph_dtype(),
-            connectivity=CONNECTIVITY,
-            expansion_add=EXPANSION_ADD,
-            expansion_search=EXPANSION_SEARCH,
-        )
 
     def _load(self, key: int) -> Graph | None:
         """The dataset's last snapshot, if there is one that loads and holds what its row says."""
@@ -462,33 +339,41 @@ class Graphs:
             return None
         log_id, name, size = row
         path = self.folder / name
-        try:
-            index = Index.restore(str(path))
-        except Exception as exc:
-            log.warning("the graph snapshot %s does not load (%s): rebuilding it", path, exc)
+        if not name.endswith(SNAPSHOT_SUFFIX):
+            log.info("the snapshot %s is a graph of an earlier version: building lists", path)
             return None
-        if index is None or index.ndim != self.dimension or len(index) != size:
-            log.warning("the graph snapshot %s is not what was saved: rebuilding it", path)
+        try:
+            trained_for = int(name.removesuffix(SNAPSHOT_SUFFIX).rsplit("-", 1)[1])
+            index = Lists.restore(str(path), trained_for)
+        except Exception as exc:
+            log.warning("the snapshot %s does not load (%s): rebuilding it", path, exc)
+            return None
+        if index.dimension != self.dimension or len(index) != size:
+            log.warning("the snapshot %s is not what was saved: rebuilding it", path)
             return None
         graph = Graph(key, index, int(log_id), Stage(self.dimension), int(log_id))
         graph.snapshot = int(log_id)
-        if not name.endswith(SNAPSHOT_SUFFIX):  # saved before builds were swept: sweep it now
-            relinked = relink_orphans(index, os.cpu_count() or 1, self._stop)
-            if relinked is None:  # the sweep did not finish: the next start sweeps it
-                return None
-            self.relinked += relinked
-            graph.changes, graph.saved_at = max(graph.changes, 1), -math.inf  # saved at once
-        index.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]
-        index.expansion_add = EXPANSION_GROW  # type: ignore[misc]
         return graph
 
     def _build(self, key: int) -> Graph | None:
-        """A graph of the dataset's active vectors as the database holds them now; None when
-        the thread was stopped before it was whole (and swept)."""
-        index = self._new_index()
-        threads = os.cpu_count() or 1
+        """Lists of the dataset's active vectors as the database holds them now, trained on a
+        random sample of them; None when the thread was stopped before they were whole."""
         with self.db.read() as conn:
             top = conn.exec_driver_sql(f"SELECT coalesce(max(id), 0) FROM {self.log}").scalar()
+            seqs = [
+                int(seq)
+                for (seq,) in conn.exec_driver_sql(
+                    f"SELECT rowid FROM {self.vec} WHERE dataset_key = ? AND active = 1", (key,)
+                )
+            ]
+            rng = np.random.default_rng(key & 0xFFFFFFFF)
+            picked = sorted(rng.choice(seqs, sample_size(len(seqs)), replace=False).tolist())
+            blobs = self._vectors(conn, picked)
+            sample = [np.frombuffer(blobs[seq], dtype=np.float32) for seq in picked]
+            index = Lists.trained(
+                np.vstack(sample) if sample else np.zeros((1, self.dimension), np.float32),
+                len(seqs),
+            )
             rows = conn.exec_driver_sql(
                 f"SELECT rowid, embedding FROM {self.vec} WHERE dataset_key = ? AND active = 1",
                 (key,),
@@ -496,20 +381,28 @@ class Graphs:
             while batch := rows.fetchmany(READ_BATCH):
                 if self._stop.is_set():
                     return None
-                keys = np.fromiter((row[0] for row in batch), dtype=np.uint64, count=len(batch))
+                keys = [row[0] for row in batch]
                 vectors = np.frombuffer(b"".join(row[1] for row in batch), dtype=np.float32)
-                index.add(keys, vectors.reshape(len(batch), self.dimension), threads=threads)
-        # one thread strands nothing (0 of 400 builds measured): no sweep needed
-        relinked = relink_orphans(index, threads, self._stop) if threads > 1 else 0
-        if relinked is None:
-            return None
-        self.relinked += relinked
+                index.add(keys, vectors.reshape(len(batch), self.dimension))
         self.builds += 1
-        index.expansion_add = EXPANSION_GROW  # type: ignore[misc]
         graph = Graph(key, index, int(top or 0), Stage(self.dimension), int(top or 0))
         graph.changes = len(index)
         graph.saved_at = -math.inf  # a fresh build is worth a snapshot at once
         return graph
+
+    def _retrain(self, graph: Graph) -> Graph | None:
+        """The dataset has outgrown its lists (Lists.stale): build new ones from the database
+        and put them in the old ones' place (which serve searches meanwhile). The new lists hold
+        the database as of their build; the log after it is caught up as always."""
+        fresh = None if self._stop.is_set() else self._build(graph.key)
+        if fresh is None:
+            return None
+        with self._state:
+            if self._graphs.get(graph.key) is not graph:  # the dataset was deleted meanwhile
+                return None
+            self._graphs[graph.key] = fresh
+        self.retrained += 1
+        return fresh
 
     def _catch_up(self, graph: Graph) -> bool:
         """Take the next log rows in: the chunks added onto the stage, the chunks removed off
@@ -534,8 +427,8 @@ class Graphs:
                 self._forget(graph)
                 return False
             with graph.lock:
-                if graph.index.contains(seq):  # removed, or logged again (its row is the truth)
-                    graph.index.remove(seq)
+                if seq in graph.index:  # removed, or logged again (its row is the truth)
+                    graph.index.remove([seq])
                     graph.changes += 1
                 if not added:
                     graph.stage.drop(seq)
@@ -559,8 +452,7 @@ class Graphs:
         with graph.lock:
             began = time.perf_counter()  # the turn's own time, not its wait for the lock
             seqs, vectors = graph.stage.take(size)
-            keys = np.asarray(seqs, dtype=np.uint64)
-            graph.index.add(keys, vectors, threads=1)
+            graph.index.add(seqs, vectors)
             graph.add_s = (time.perf_counter() - began) / len(seqs)
             graph.changes += len(seqs)
         self._settle(graph)
@@ -609,9 +501,11 @@ class Graphs:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         applied, size = graph.applied, len(graph.index)
-        # a graph can change without its log row moving (removes past its first staged chunk):
-        # the last row read names it too, so a snapshot never takes the place of the recorded one
-        name = f"{graph.key}-{applied}-{graph.staged}{SNAPSHOT_SUFFIX}"
+        # the lists can change without their log row moving (removes past the first staged
+        # chunk): the last row read names them too, so a snapshot never takes the place of the
+        # recorded one; the size they were trained for is read back from the name
+        trained_for = graph.index.trained_for
+        name = f"{graph.key}-{applied}-{graph.staged}-{trained_for}{SNAPSHOT_SUFFIX}"
         temporary = self.folder / f".{name}.tmp"
         # only this thread changes the graph, so it holds still while it is written
         graph.index.save(str(temporary))

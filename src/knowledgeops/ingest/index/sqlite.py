@@ -12,8 +12,9 @@ deleted in the same transactions: sqlite-vec reads one vector by rowid in about 
 million chunks (it unpacks a 1.5 MB chunk of vectors), the plain table in 9 µs, so the exact
 scoring of a graph's candidates and of a small dataset reads from there. A start that finds no
 plain table fills it from sqlite-vec's in the transaction that creates it (vector_rows.py).
-Datasets of `GRAPH_MIN_CHUNKS` chunks or more are searched through an HNSW graph kept beside the
-database (graphs.py), every candidate scored exactly here against what is active; smaller ones,
+Datasets of `GRAPH_MIN_CHUNKS` chunks or more are searched through inverted lists of int8 codes
+kept beside the database (graphs.py, lists.py), every candidate scored exactly here against what
+is active; smaller ones,
 and searches whose filter admits few chunks, are exact over the dataset's own rows (their cost
 grows with the dataset, not with the table). The changes a graph follows are logged by the
 writes below, in their own transactions.
@@ -39,7 +40,7 @@ from sqlalchemy.engine import make_url
 from knowledgeops.db.engine import Database, Tx
 from knowledgeops.db.schema import documents
 from knowledgeops.errors import IndexUnavailable
-from knowledgeops.ingest.index import graphs, vector_rows
+from knowledgeops.ingest.index import lists, vector_rows
 from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
 from knowledgeops.ingest.index.counts import ActiveCounts
 from knowledgeops.ingest.index.filters import SearchFilter, sqlite_where
@@ -349,8 +350,8 @@ class SqliteIndex:
     ) -> list[Hit]:
         """Through the dataset's graph when it is large (candidates scored exactly against
         what is active now), else exact over the dataset's rows; exact also when the graph is
-        not there yet or answers fewer than it must. A `fused` list walks the graph less far
-        (graphs.EXPANSION_FUSED)."""
+        not there yet or answers fewer than it must. A `fused` list scans fewer of the dataset's
+        lists (lists.PROBE_SHARE_FUSED)."""
         filtered = where is not None and not where.empty
         admitted, total = self.counts.of(dataset_id, where)
         if admitted == 0:
@@ -359,8 +360,8 @@ class SqliteIndex:
             if total >= self.graph_min_chunks and admitted >= self.graph_min_chunks:
                 want = candidates_for(k, admitted / total)
                 key = dataset_key(dataset_id)
-                breadth = graphs.EXPANSION_FUSED if fused else graphs.EXPANSION_SEARCH
-                seqs = self.graphs.nearest(conn, key, vector, want, breadth)
+                share = lists.PROBE_SHARE_FUSED if fused else lists.PROBE_SHARE
+                seqs = self.graphs.nearest(conn, key, vector, want, share)
                 if seqs is not None:
                     hits = self._scored(conn, dataset_id, vector, seqs, where, k)
                     if len(hits) >= min(k, admitted):

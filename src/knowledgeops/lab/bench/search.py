@@ -46,7 +46,7 @@ from knowledgeops.db.engine import Database
 from knowledgeops.db.migrate import upgrade
 from knowledgeops.db.schema import datasets, documents
 from knowledgeops.ingest.embedders.local import LocalMiniLM, load_tokenizer
-from knowledgeops.ingest.index import graphs, pgvector, rarest_first, terms, vector_rows
+from knowledgeops.ingest.index import graphs, lists, pgvector, rarest_first, terms, vector_rows
 from knowledgeops.ingest.index.base import ChunkIndex, Hit, IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keys import dataset_key
@@ -410,9 +410,7 @@ def _build_side_indexes(
             raise RuntimeError(f"the graphs were not built within {BUILD_LIMIT_S:.0f} s")
     figures.index_build_s = round(time.perf_counter() - began, 1)
     figures.index_memory_mb = round(index.graphs.memory_bytes() / 1e6, 1)
-    # vectors a build's sweep added again (graphs.relink_orphans); on a kept database loaded
-    # from a snapshot saved before the sweep existed, the build time holds that sweep too
-    figures.settings["graph_relinked"] = index.graphs.relinked
+    # lists built from the database (not loaded from a snapshot)
     figures.settings["graph_builds"] = index.graphs.builds
     began = time.perf_counter()
     if chunks >= index.keyword_min_chunks:
@@ -508,7 +506,7 @@ def _measure_embedded(
         figures.settings["keyword_agreement"] = _keyword_agreement(
             index, db, dataset_ids, questions
         )
-    figures.settings["ef_sweep"] = _ef_sweep(index, corpus, dataset_ids[0], questions)
+    figures.settings["probe_sweep"] = _probe_sweep(index, corpus, dataset_ids[0], questions)
     figures.settings["fused_sweep"] = _fused_sweep(index, corpus, dataset_ids[0], questions)
     if index.keywords.ready:
         figures.settings["keyword_budget_sweep"] = _keyword_budget_sweep(
@@ -990,46 +988,46 @@ def _sweep(
     return out
 
 
-EF_SWEEP = (128, 256, 512, 768, 1024, 2048)
-CANDIDATES_SWEEP = (40, 160)  # the graph's nearest scored exactly (at k 10), at each ef
+PROBE_SWEEP = (0.25, 0.375, 0.5, 0.625, 0.75, 1.0)  # shares of a dataset's lists scanned
+CANDIDATES_SWEEP = (40, 160)  # the lists' nearest scored exactly (at k 10), at each share
 PG_EF_SWEEP = (40, 100, 200, 400)
 PG_BUILD_EF_SWEEP = (100, 200, 400, 800)  # ef_search tried on each graph of --hnsw-sweep
 
 
-def _ef_sweep(
+def _probe_sweep(
     index: SqliteIndex, corpus: Corpus, dataset_id: str, questions: Sequence[str]
 ) -> dict[str, dict[str, float]]:
-    """The graph's `ef` (EXPANSION_SEARCH) with each count of candidates scored exactly
-    (CANDIDATES_MIN): keyed "<ef>/<candidates>"."""
+    """The share of the dataset's lists a search scans (lists.PROBE_SHARE) with each count of
+    candidates scored exactly (CANDIDATES_MIN): keyed "<share>/<candidates>"."""
     if not index.graphs.ready(dataset_key(dataset_id)):
         return {}
-    chosen = graphs.CANDIDATES_MIN, graphs.EXPANSION_SEARCH
+    chosen = graphs.CANDIDATES_MIN, lists.PROBE_SHARE
     out = {}
     try:
         for candidates in CANDIDATES_SWEEP:
             graphs.CANDIDATES_MIN = candidates
 
-            def apply(ef: int) -> None:
-                graphs.EXPANSION_SEARCH = ef
+            def apply(share: float) -> None:
+                lists.PROBE_SHARE = share
 
-            found = _sweep(index, corpus, dataset_id, questions, EF_SWEEP, apply)
-            out.update({f"{ef}/{candidates}": figures for ef, figures in found.items()})
+            found = _sweep(index, corpus, dataset_id, questions, PROBE_SWEEP, apply)
+            out.update({f"{share}/{candidates}": figures for share, figures in found.items()})
     finally:
-        graphs.CANDIDATES_MIN, graphs.EXPANSION_SEARCH = chosen
+        graphs.CANDIDATES_MIN, lists.PROBE_SHARE = chosen
     return out
 
 
-FUSED_SWEEP = (128, 256, 512, 1024)
+FUSED_SWEEP = (0.25, 0.375, 0.5, 0.625)
 PG_FUSED_SWEEP = (100, 140, 200)
 
 
 def _fused_sweep(
     index: SqliteIndex, corpus: Corpus, dataset_id: str, questions: Sequence[str]
 ) -> dict[str, dict[str, float]]:
-    """The walk of a hybrid search's vector list (EXPANSION_FUSED) on the embedded graph."""
+    """The share of the lists a hybrid search's vector list scans (lists.PROBE_SHARE_FUSED)."""
     if not index.graphs.ready(dataset_key(dataset_id)):
         return {}
-    setting = (graphs, "EXPANSION_FUSED")
+    setting = (lists, "PROBE_SHARE_FUSED")
     return _hybrid_sweep(index, corpus, dataset_id, questions, FUSED_SWEEP, setting)
 
 
@@ -1038,10 +1036,11 @@ def _hybrid_sweep(
     corpus: Corpus,
     dataset_id: str,
     questions: Sequence[str],
-    breadths: Sequence[int],
+    breadths: Sequence[float],
     setting: tuple[Any, str],
 ) -> dict[str, dict[str, float]]:
-    """Hybrid search of the large dataset at each breadth of its vector list's walk, the module
+    """Hybrid search of the large dataset at each breadth of its vector list's search (a walk's
+    ef, a share of the lists), the module
     constant `setting` (module, name) set to each in turn and restored after: p50, p95 and the
     fused top 10's recall against the one the exact vector list gives."""
     module, name = setting
@@ -1343,12 +1342,12 @@ def _gin_keyword(
 
 def _graph_settings() -> dict[str, Any]:
     return {
-        "M": graphs.CONNECTIVITY,
-        "ef_construction": graphs.EXPANSION_ADD,
-        "ef_grow": graphs.EXPANSION_GROW,
-        "ef": graphs.EXPANSION_SEARCH,
-        "ef_fused": graphs.EXPANSION_FUSED,
-        "dtype": graphs.graph_dtype(),
+        "index": "faiss IVF, 8-bit scalar quantizer",
+        "lists_per_million": lists.lists_for(1_000_000),
+        "train_per_list": lists.TRAIN_PER_LIST,
+        "probe_share": lists.PROBE_SHARE,
+        "probe_share_fused": lists.PROBE_SHARE_FUSED,
+        "regrow": lists.REGROW,
         "candidates_min": graphs.CANDIDATES_MIN,
     }
 
