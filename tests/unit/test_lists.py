@@ -48,8 +48,15 @@ def test_what_is_added_is_held_and_what_is_removed_is_gone() -> None:
     assert index.search(vectors[5], 1, 1.0) == [15]
     stored = index.vectors([15])[0]
     assert float(stored @ vectors[5]) == pytest.approx(1.0, abs=0.01)  # int8: about the vector
+    index.add([15], vectors[6:7])  # a key held is replaced, not kept twice
+    assert len(index) == 1_999
+    assert index.search(vectors[6], 1, 1.0) == [15]  # (16, whose vector it is, was removed)
+    assert index.remove([15]) == 1
+    assert 15 not in index.search(vectors[6], 50, 1.0)
     with pytest.raises(ValueError, match="3 keys for 2 vectors"):
         index.add([1, 2, 3], vectors[:2])
+    with pytest.raises(ValueError, match="twice"):
+        index.add([1, 1], vectors[:2])
 
 
 def test_a_saved_copy_holds_the_same_keys_and_answers_the_same(tmp_path: Path) -> None:
@@ -64,7 +71,8 @@ def test_a_saved_copy_holds_the_same_keys_and_answers_the_same(tmp_path: Path) -
     assert 3 not in copy
     for row in (1, 500, 2_999):
         assert copy.search(vectors[row], 10) == index.search(vectors[row], 10)
-    copy.remove([1])  # the lookup by key came back too
+    assert float(copy.vectors([1])[0] @ vectors[1]) == pytest.approx(1.0, abs=0.01)
+    copy.remove([1])  # the lookup by key came back too (reading a vector by key needs it)
     assert 1 not in copy.search(vectors[1], 10, 1.0)
 
 

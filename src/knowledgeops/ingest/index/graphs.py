@@ -146,6 +146,7 @@ class Graphs:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._trainers: dict[int, threading.Thread] = {}  # lists trained again, by dataset
         self._pruned_at = 0.0
         self.stage_max = stage_max  # staged chunks past which the graph takes them in anyway
         self._spare = SpareCores()
@@ -279,10 +280,12 @@ class Graphs:
         with self._state:
             thread = self._thread
             self._thread = None
-        if thread is not None:
+            trainers = list(self._trainers.values())
+        if thread is not None or trainers:
             self._stop.set()
             self._wake.set()
-            thread.join(timeout=120)
+        for each in ([thread] if thread is not None else []) + trainers:
+            each.join(timeout=120)
 
     # --- the thread -----------------------------------------------------------------------------
     def _run(self) -> None:
@@ -314,7 +317,9 @@ class Graphs:
             with self._state:
                 self._graphs[key] = graph
         for kept in list(self._graphs.values()):
-            graph = self._retrain(kept) or kept if kept.index.stale else kept
+            if kept.index.stale:
+                self._train_again(kept)
+            graph = kept
             while not self._stop.is_set() and graph.key in self._graphs:
                 staged = self._catch_up(graph)
                 if not (self._drain(graph) or staged):
@@ -384,25 +389,44 @@ class Graphs:
                 keys = [row[0] for row in batch]
                 vectors = np.frombuffer(b"".join(row[1] for row in batch), dtype=np.float32)
                 index.add(keys, vectors.reshape(len(batch), self.dimension))
-        self.builds += 1
+        with self._state:  # the keeper's thread builds, and a dataset's trainer
+            self.builds += 1
         graph = Graph(key, index, int(top or 0), Stage(self.dimension), int(top or 0))
-        graph.changes = len(index)
-        graph.saved_at = -math.inf  # a fresh build is worth a snapshot at once
+        # a fresh build is worth a snapshot at once, empty too (it replaces an older one)
+        graph.changes = max(1, len(index))
+        graph.saved_at = -math.inf
         return graph
 
-    def _retrain(self, graph: Graph) -> Graph | None:
-        """The dataset has outgrown its lists (Lists.stale): build new ones from the database
-        and put them in the old ones' place (which serve searches meanwhile). The new lists hold
-        the database as of their build; the log after it is caught up as always."""
-        fresh = None if self._stop.is_set() else self._build(graph.key)
-        if fresh is None:
-            return None
+    def _train_again(self, graph: Graph) -> None:
+        """The dataset has outgrown its lists (Lists.stale): build new ones on a thread of their
+        own (a million chunks take a minute), while this one keeps every dataset's lists,
+        these included, caught up."""
         with self._state:
-            if self._graphs.get(graph.key) is not graph:  # the dataset was deleted meanwhile
-                return None
-            self._graphs[graph.key] = fresh
-        self.retrained += 1
-        return fresh
+            if graph.key in self._trainers or self._stop.is_set():
+                return
+            trainer = threading.Thread(
+                target=self._retrain, args=(graph,), name=f"kops-lists-{graph.key}", daemon=True
+            )
+            self._trainers[graph.key] = trainer
+        trainer.start()
+
+    def _retrain(self, graph: Graph) -> None:
+        """Build the dataset's lists from the database and put them in the old ones' place
+        (which answer meanwhile). The new lists hold the database as of their build: what the
+        old ones staged since is in it, and the log after it is caught up as always."""
+        try:
+            fresh = self._build(graph.key)
+            with self._state:
+                # not when stopped, nor when the dataset was deleted meanwhile
+                if fresh is not None and self._graphs.get(graph.key) is graph:
+                    self._graphs[graph.key] = fresh
+                    self.retrained += 1
+        except Exception:  # the database busy, a disk full: the next turn tries again
+            log.exception("training the lists of dataset key %s again failed", graph.key)
+        finally:
+            with self._state:
+                self._trainers.pop(graph.key, None)
+        self._wake.set()
 
     def _catch_up(self, graph: Graph) -> bool:
         """Take the next log rows in: the chunks added onto the stage, the chunks removed off
@@ -553,7 +577,11 @@ class Graphs:
             snapshots: dict[int, int] = dict(
                 tx.exec_driver_sql(f"SELECT dataset_key, log_id FROM {self.snapshots}").all()
             )
+            # rows after a recorded snapshot stay while lists built since have none of their
+            # own: a start would load that snapshot and need them
             floors = {**snapshots, **held}
+            for key, log_id in snapshots.items():
+                floors[key] = min(log_id, floors[key])
             keys = ",".join(str(int(key)) for key in floors)
             others = f" AND dataset_key NOT IN ({keys})" if keys else ""
             tx.exec_driver_sql(

@@ -20,13 +20,14 @@ trains new ones from the database.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable
 from typing import cast
 
 import faiss
 import numpy as np
 import numpy.typing as npt
+
+from knowledgeops.cpu import usable_cores
 
 # chosen by measurement (docs/performance.md: Inverted lists instead of graphs)
 LISTS_MIN = 8
@@ -38,7 +39,7 @@ PROBE_MIN_VECTORS = 200_000  # … and lists holding this many vectors at least 
 # dataset's: a scan of 200,000 codes takes a few ms, and a small dataset's lists are small, so a
 # share of them finds less: recall@10 0.95 at 20,000 chunks where 0.98 at 180,000)
 REGROW = 4  # lists holding this many times the vectors they were trained for are retrained
-SEARCH_THREADS = min(8, os.cpu_count() or 1)  # a search scans its lists on every core (8 at most)
+SEARCH_THREADS = min(8, usable_cores())  # a search scans its lists on every core (8 at most)
 
 
 def lists_for(n: int) -> int:
@@ -94,6 +95,7 @@ class Lists:
         # removes and lookups by key without a scan of every list
         index.set_direct_map_type(faiss.DirectMap.Hashtable)  # type: ignore[attr-defined]
         index.cp.min_points_per_centroid = 1  # a small dataset trains as many as it has
+        faiss.omp_set_num_threads(1)  # this thread's setting: upkeep takes one core at most
         index.train(rows)
         return cls(index, max(1, planned))
 
@@ -120,13 +122,17 @@ class Lists:
         return len(self) >= REGROW * self.trained_for and len(self) >= 2 * LISTS_MIN
 
     def add(self, keys: Iterable[int], vectors: npt.ArrayLike) -> None:
-        """Keep the vectors under their keys (a key held already must be removed first)."""
+        """Keep the vectors under their keys (a key held already is replaced: faiss would keep
+        both codes under it, one that no remove reaches)."""
         ids = np.fromiter((int(key) for key in keys), dtype=np.int64)
         rows = units(vectors)
         if len(ids) != len(rows):
             raise ValueError(f"{len(ids)} keys for {len(rows)} vectors")
         if not len(ids):
             return
+        if len(set(ids.tolist())) != len(ids):
+            raise ValueError("a key is given twice")
+        self.remove(key for key in ids.tolist() if key in self._keys)
         faiss.omp_set_num_threads(1)  # this thread's setting: upkeep takes one core at most
         self.index.add_with_ids(rows, ids)
         self._keys.update(int(key) for key in ids)
