@@ -8,8 +8,8 @@ log (`<vector table>_log`), written by `SqliteIndex` in the transaction that mak
 a generation's activation makes searchable (added), the chunks a delete or a new generation
 drops (removed), a dataset deleted whole (a reset). The lists know the last log row they
 reflect; a background thread (one per index) builds the lists of the datasets searched, applies
-the log to them, trains them again from the database when the dataset has outgrown them, and
-saves a snapshot now and then.
+the log to them and saves a snapshot now and then; lists a dataset has outgrown are trained
+again from the database on a thread of their own, the old ones kept meanwhile.
 
 The thread stages the log's new chunks in memory first (stage.py) and adds them to the lists
 while the machine has a core to spare, or when the stage is full.
