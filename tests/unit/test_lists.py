@@ -46,7 +46,7 @@ def test_what_is_added_is_held_and_what_is_removed_is_gone() -> None:
     assert 15 not in index.search(vectors[5], 20, 1.0)
     index.add([15], vectors[5:6] * 3.0)  # added again (any length: the lists keep unit vectors)
     assert index.search(vectors[5], 1, 1.0) == [15]
-    stored = index.vectors([15])[0]
+    stored = index.index.reconstruct(15)  # read by key through the hash table
     assert float(stored @ vectors[5]) == pytest.approx(1.0, abs=0.01)  # int8: about the vector
     index.add([15], vectors[6:7])  # a key held is replaced, not kept twice
     assert len(index) == 1_999
@@ -71,7 +71,7 @@ def test_a_saved_copy_holds_the_same_keys_and_answers_the_same(tmp_path: Path) -
     assert 3 not in copy
     for row in (1, 500, 2_999):
         assert copy.search(vectors[row], 10) == index.search(vectors[row], 10)
-    assert float(copy.vectors([1])[0] @ vectors[1]) == pytest.approx(1.0, abs=0.01)
+    assert float(copy.index.reconstruct(1) @ vectors[1]) == pytest.approx(1.0, abs=0.01)
     copy.remove([1])  # the lookup by key came back too (reading a vector by key needs it)
     assert 1 not in copy.search(vectors[1], 10, 1.0)
 

@@ -48,7 +48,7 @@ from sqlalchemy import Connection
 
 from knowledgeops.db.engine import Database
 from knowledgeops.ingest.index.keywords import state_table
-from knowledgeops.ingest.index.lists import PROBE_SHARE, Lists, sample_size
+from knowledgeops.ingest.index.lists import PROBE_SHARE, Lists, sample_size, units
 from knowledgeops.ingest.index.stage import LOOK_S, STAGE_MAX, SpareCores, Stage
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ class Graphs:
             return None
         with graph.lock:
             seqs = graph.index.search(vector, want, share)
-            staged = graph.stage.nearest(_unit(vector), want)
+            staged = graph.stage.nearest(units(vector)[0], want)
         seqs.extend(staged)
         seqs.extend(seq for seq, added in pending if added)
         return list(dict.fromkeys(seqs))
@@ -593,12 +593,6 @@ class Graphs:
                     f"AND id <= {self.kept}",
                     (key, floor),
                 )
-
-
-def _unit(vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    vector = np.asarray(vector, dtype=np.float32)
-    norm = float(np.linalg.norm(vector))
-    return vector / norm if norm > 0.0 else vector
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -163,13 +163,6 @@ class Lists:
         _, found = self.index.search(units(vector), want, params=params)
         return [int(key) for key in found[0] if key >= 0]
 
-    def vectors(self, keys: Iterable[int]) -> npt.NDArray[np.float32]:
-        """The held keys' vectors as the lists keep them (decoded from int8), one row each."""
-        ids = [int(key) for key in keys]
-        if not ids:
-            return np.zeros((0, self.dimension), dtype=np.float32)
-        return np.vstack([self.index.reconstruct(key) for key in ids])
-
     @property
     def memory_bytes(self) -> int:
         """The codes, their keys, the centroids and the lookup by key (the hash table's and this
