@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sqlalchemy import event
 
 from knowledgeops.db.engine import Database
 from knowledgeops.ingest.index import graphs, lists
@@ -544,6 +545,40 @@ def test_log_rows_of_datasets_without_a_graph_are_pruned(setup) -> None:
         left = dict(rows.all())
     assert dataset_key(small) not in left  # no graph wants them: a build reads the truth
     assert left.get(dataset_key(dataset), 0) == 0  # the graph holds them (applied)
+
+
+def test_the_log_is_pruned_a_batch_a_write(setup, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a bulk write the prune deletes the log PRUNE_BATCH rows a write, not in one
+    transaction that holds the write lock while it deletes a million rows; all go still."""
+    index, dataset = setup
+    monkeypatch.setattr(graphs, "PRUNE_BATCH", 7)
+    with index.db.write() as conn:
+        small = insert_dataset(conn, str(uuid.uuid4()))
+        documents = [insert_document(conn, small) for _ in range(3)]
+        big_document = insert_document(conn, dataset)
+    for n, document in enumerate(documents):
+        write(index, small, document, 1, texts(30 + n, 10))
+    write(index, dataset, big_document, 1, texts(33, 10))  # no graph wants either dataset
+    with index.db.read() as conn:
+        logged = conn.exec_driver_sql(f"SELECT count(*) FROM {index.log}").scalar()
+    deletes: list[int] = []
+
+    def counted(conn, cursor, statement, parameters, context, executemany) -> None:
+        if statement.startswith(f"DELETE FROM {index.log}"):
+            deletes.append(cursor.rowcount)
+
+    event.listen(index.db.engine, "after_cursor_execute", counted)
+    try:
+        index.graphs._prune()
+    finally:
+        event.remove(index.db.engine, "after_cursor_execute", counted)
+    with index.db.read() as conn:
+        left = conn.exec_driver_sql(f"SELECT count(*) FROM {index.log}").scalar()
+    assert logged >= 4 * 10
+    assert left == 0
+    assert sum(deletes) == logged
+    assert max(deletes) == 7
+    assert len(deletes) >= logged // 7
 
 
 class _NoSpareCore:

@@ -41,6 +41,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +65,7 @@ SNAPSHOT_CHANGES = 50_000  # changes applied since the last snapshot that make a
 SNAPSHOT_INTERVAL_S = 300.0  # … or this long since it, with any change
 PRUNE_INTERVAL_S = 60.0
 PRUNE_AFTER_ROWS = 10_000  # log rows written that start a prune when no graph is kept
+PRUNE_BATCH = 20_000  # log rows deleted a write at most
 POLL_S = 0.5
 # a snapshot's file name ends in it; one without (an HNSW graph of an earlier version) is rebuilt
 SNAPSHOT_SUFFIX = ".lists.faiss"
@@ -565,34 +567,44 @@ class Graphs:
 
     def _prune(self) -> None:
         """Drop log rows no graph needs: those a snapshot holds, those a graph in memory holds
-        without a snapshot, and all rows of datasets with neither (a build reads the truth)."""
+        without a snapshot, and all rows of datasets with neither (a build reads the truth).
+        They are deleted PRUNE_BATCH at a time, each batch its own write: after a bulk write
+        (a million rows) one delete would hold the database's write lock for many seconds."""
         self._pruned_at = time.monotonic()
         self._logged = 0
-        with self.db.write() as tx:
-            top = tx.exec_driver_sql(f"SELECT coalesce(max(id), 0) FROM {self.log}").scalar()
-            held = {
-                key: graph.snapshot if graph.snapshot is not None else graph.applied
-                for key, graph in self._graphs.items()
-            }
+        with self.db.read() as conn:
+            top = conn.exec_driver_sql(f"SELECT coalesce(max(id), 0) FROM {self.log}").scalar()
             snapshots: dict[int, int] = dict(
-                tx.exec_driver_sql(f"SELECT dataset_key, log_id FROM {self.snapshots}").all()
+                conn.exec_driver_sql(f"SELECT dataset_key, log_id FROM {self.snapshots}").all()
             )
-            # rows after a recorded snapshot stay while lists built since have none of their
-            # own: a start would load that snapshot and need them
-            floors = {**snapshots, **held}
-            for key, log_id in snapshots.items():
-                floors[key] = min(log_id, floors[key])
-            keys = ",".join(str(int(key)) for key in floors)
-            others = f" AND dataset_key NOT IN ({keys})" if keys else ""
-            tx.exec_driver_sql(
-                f"DELETE FROM {self.log} WHERE id <= ? AND id <= {self.kept}{others}", (top,)
-            )
-            for key, floor in floors.items():
-                tx.exec_driver_sql(
-                    f"DELETE FROM {self.log} WHERE dataset_key = ? AND id <= ? "
-                    f"AND id <= {self.kept}",
-                    (key, floor),
-                )
+        held = {
+            key: graph.snapshot if graph.snapshot is not None else graph.applied
+            for key, graph in self._graphs.items()
+        }
+        # rows after a recorded snapshot stay while lists built since have none of their own: a
+        # start would load that snapshot and need them. Every floor only rises while the batches
+        # run (this thread builds and saves; a retrain's lists start from their own build), so
+        # rows below it stay unneeded
+        floors = {**snapshots, **held}
+        for key, log_id in snapshots.items():
+            floors[key] = min(log_id, floors[key])
+        keys = ",".join(str(int(key)) for key in floors)
+        others = f" AND dataset_key NOT IN ({keys})" if keys else ""
+        self._delete_batched(f"id <= ? AND id <= {self.kept}{others}", (top,))
+        for key, floor in floors.items():
+            self._delete_batched(f"dataset_key = ? AND id <= ? AND id <= {self.kept}", (key, floor))
+
+    def _delete_batched(self, where: str, params: tuple[Any, ...]) -> None:
+        """Delete the log rows matching `where`, PRUNE_BATCH a write, oldest first."""
+        while not self._stop.is_set():
+            with self.db.write() as tx:
+                gone = tx.exec_driver_sql(
+                    f"DELETE FROM {self.log} WHERE id IN (SELECT id FROM {self.log} "
+                    f"WHERE {where} ORDER BY id LIMIT {PRUNE_BATCH})",
+                    params,
+                ).rowcount
+            if gone < PRUNE_BATCH:
+                return
 
 
 def _fsync_folder(folder: Path) -> None:
