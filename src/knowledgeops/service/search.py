@@ -159,13 +159,19 @@ class Search:
         # way (ingest/reembed.py), when it may be the previous one or both
         held = self._models_held(dataset_id) or [model]
         if mode is SearchMode.VECTOR:
-            hits = self._nearest(dataset_id, query, held, top_k, where)
+            vectors = [(name, self._vector(query, name)) for name in held]
+            hits = self._nearest(dataset_id, vectors, top_k, where)
         else:
             wanted = max(top_k * CANDIDATES_PER_TOP_K, MIN_CANDIDATES)
-            # the words are looked up while the query is embedded and its neighbours found:
-            # the two take about as long, and each waits mostly in C (the model, SQLite)
+            # the words are looked up while the query is embedded: the two take about as long,
+            # and each waits mostly in C (the model, SQLite). The neighbours are found beside
+            # them too, unless the index's scan takes every core (the embedded lists): then
+            # after the words, or the scan's threads would take turns with the lookup
             words = self._pool.submit(self.index.search_keyword, dataset_id, query, wanted, where)
-            nearest = self._nearest(dataset_id, query, held, wanted, where, fused=True)
+            vectors = [(name, self._vector(query, name)) for name in held]
+            if self.index.scans_every_core:
+                words.result()
+            nearest = self._nearest(dataset_id, vectors, wanted, where, fused=True)
             weight = self.models.fusion_weight(held[0] if len(held) == 1 else model)
             hits = score_fusion(query, nearest, words.result(), weight, limit=top_k)
         return self._with_names(tenant, dataset_id, hits)
@@ -173,24 +179,21 @@ class Search:
     def _nearest(
         self,
         dataset_id: str,
-        query: str,
-        held: list[str],
+        vectors: list[tuple[str, Vectors]],
         k: int,
         where: SearchFilter | None,
         *,
         fused: bool = False,
     ) -> list[Hit]:
-        """The k nearest chunks, the query embedded by the model that embedded them. While the
-        documents are on two models, the query is embedded by each, each vector searched among
-        that model's documents only, and the lists merged by their scores scaled per model
-        (cosines of two models are not comparable)."""
-        if len(held) == 1:
-            vector = self._vector(query, held[0])
-            return self.index.search_vector(dataset_id, vector, k, where, fused=fused)
+        """The k nearest chunks to the query embedded by each model that embedded them
+        (`vectors`: model, the query's vector). While the documents are on two models, each
+        vector is searched among that model's documents only, and the lists merged by their
+        scores scaled per model (cosines of two models are not comparable)."""
+        if len(vectors) == 1:
+            return self.index.search_vector(dataset_id, vectors[0][1], k, where, fused=fused)
         lists = []
-        for name in held:
+        for name, vector in vectors:
             only = dataclasses.replace(where or SearchFilter(), models=(name,))
-            vector = self._vector(query, name)
             lists.append(self.index.search_vector(dataset_id, vector, k, only, fused=fused))
         return merge_scaled(lists)[:k]
 

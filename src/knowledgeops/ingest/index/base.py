@@ -68,6 +68,11 @@ class Hit:
 
 
 class ChunkIndex(Protocol):
+    # a vector search takes every core of this process (the embedded index scans its lists on
+    # all of them): a hybrid search looks its words up before it, never beside it, where the
+    # two would only take turns on the cores and the scan waits for its slowest thread
+    scans_every_core: bool
+
     def ensure(self) -> None:
         """Create the index's tables (and what they need) if missing; idempotent (every
         embedded start and `kops migrate` run it). Raises IndexUnavailable with what to do."""

@@ -25,6 +25,8 @@ _WORDS = re.compile(r"\w+")
 
 
 class MemoryIndex:
+    scans_every_core = False
+
     """`tx` is ignored: there is no database (the in-memory job store hands None). What a
     search filter asks of a document (its type and metadata) is told with `describe`, as the
     documents table tells the SQL engines."""

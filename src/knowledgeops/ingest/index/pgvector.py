@@ -96,6 +96,8 @@ class PgVectorMissing(IndexUnavailable):
 
 
 class PgVectorIndex:
+    scans_every_core = False  # PostgreSQL searches: each list on a server backend of its own
+
     def __init__(
         self,
         db: Database,

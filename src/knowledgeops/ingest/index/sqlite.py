@@ -70,6 +70,8 @@ GRAPH_MIN_CHUNKS = 1000  # a dataset's active chunks from which its search goes 
 
 
 class SqliteIndex:
+    scans_every_core = True  # a large dataset's lists are scanned on every core (lists.py)
+
     def __init__(
         self,
         db: Database,

@@ -255,10 +255,13 @@ def _measure(
                 d: str = dataset_id,
                 kept: dict[int, tuple[list[Hit], list[Hit]]] = lists,
             ) -> list[Hit]:
-                words = pool.submit(index.search_keyword, d, questions[q], HYBRID_CANDIDATES, w)
-                nearest = index.search_vector(d, vectors[q], HYBRID_CANDIDATES, w, fused=True)
-                kept[q] = (nearest, words.result())
-                return score_fusion(questions[q], nearest, kept[q][1], VECTOR_WEIGHT, TOP_K)
+                kept[q] = both_lists(
+                    index,
+                    pool,
+                    lambda: index.search_keyword(d, questions[q], HYBRID_CANDIDATES, w),
+                    lambda: index.search_vector(d, vectors[q], HYBRID_CANDIDATES, w, fused=True),
+                )
+                return score_fusion(questions[q], *kept[q], VECTOR_WEIGHT, TOP_K)
 
             modes: dict[str, Callable[[int], list[Hit]]] = {
                 "vector": vector_search,
@@ -304,6 +307,23 @@ def _measure(
                     agreement = figures.settings.setdefault("hybrid_recall_at_10", {})
                     agreement[label] = round(float(np.mean(same)), 4) if same else 0.0
     pool.shutdown()
+
+
+def both_lists(
+    index: ChunkIndex,
+    pool: ThreadPoolExecutor,
+    words: Callable[[], list[Hit]],
+    nearest: Callable[[], list[Hit]],
+) -> tuple[list[Hit], list[Hit]]:
+    """A hybrid search's two lists (vector, keyword) as the search service gets them: the
+    words looked up beside the vector search, or before it where the index's scan takes every
+    core (ChunkIndex.scans_every_core; the service looks them up while it embeds the query,
+    which this bench has done beforehand)."""
+    if index.scans_every_core:
+        keyword = words()
+        return nearest(), keyword
+    looked_up = pool.submit(words)
+    return nearest(), looked_up.result()
 
 
 def _passed(
@@ -1065,9 +1085,17 @@ def _hybrid_sweep(
             took, recall = [], []
             for n, question in enumerate(questions):
                 began = time.perf_counter()
-                keyword = pool.submit(index.search_keyword, dataset_id, question, HYBRID_CANDIDATES)
-                nearest = index.search_vector(dataset_id, vectors[n], HYBRID_CANDIDATES, fused=True)
-                hits = score_fusion(question, nearest, keyword.result(), VECTOR_WEIGHT, TOP_K)
+                nearest, keyword = both_lists(
+                    index,
+                    pool,
+                    lambda question=question: index.search_keyword(  # type: ignore[misc]
+                        dataset_id, question, HYBRID_CANDIDATES
+                    ),
+                    lambda n=n: index.search_vector(  # type: ignore[misc]
+                        dataset_id, vectors[n], HYBRID_CANDIDATES, fused=True
+                    ),
+                )
+                hits = score_fusion(question, nearest, keyword, VECTOR_WEIGHT, TOP_K)
                 took.append((time.perf_counter() - began) * 1000)
                 if wanted[n]:
                     recall.append(len(wanted[n] & {h.chunk_id for h in hits}) / len(wanted[n]))
@@ -1160,9 +1188,13 @@ def _rarest_first_sweep(
     pool = ThreadPoolExecutor(1, thread_name_prefix="bench-rarest")
 
     def hybrid(q: int) -> list[Hit]:
-        words = pool.submit(index.search_keyword, dataset_id, questions[q], HYBRID_CANDIDATES)
-        nearest = index.search_vector(dataset_id, vectors[q], HYBRID_CANDIDATES, fused=True)
-        return score_fusion(questions[q], nearest, words.result(), VECTOR_WEIGHT, TOP_K)
+        nearest, words = both_lists(
+            index,
+            pool,
+            lambda: index.search_keyword(dataset_id, questions[q], HYBRID_CANDIDATES),
+            lambda: index.search_vector(dataset_id, vectors[q], HYBRID_CANDIDATES, fused=True),
+        )
+        return score_fusion(questions[q], nearest, words, VECTOR_WEIGHT, TOP_K)
 
     def keyword(q: int) -> list[Hit]:
         return index.search_keyword(dataset_id, questions[q], HYBRID_CANDIDATES)
