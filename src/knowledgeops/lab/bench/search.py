@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -1088,11 +1089,9 @@ def _hybrid_sweep(
                 nearest, keyword = both_lists(
                     index,
                     pool,
-                    lambda question=question: index.search_keyword(  # type: ignore[misc]
-                        dataset_id, question, HYBRID_CANDIDATES
-                    ),
-                    lambda n=n: index.search_vector(  # type: ignore[misc]
-                        dataset_id, vectors[n], HYBRID_CANDIDATES, fused=True
+                    partial(index.search_keyword, dataset_id, question, HYBRID_CANDIDATES),
+                    partial(
+                        index.search_vector, dataset_id, vectors[n], HYBRID_CANDIDATES, fused=True
                     ),
                 )
                 hits = score_fusion(question, nearest, keyword, VECTOR_WEIGHT, TOP_K)
