@@ -386,6 +386,33 @@ def test_a_behind_graph_never_answers_from_a_dropped_generation(setup) -> None:
     assert index.graphs.size(key) == 50
 
 
+def test_a_search_takes_every_core_only_through_built_lists(
+    setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`scans_every_core`, which orders a hybrid search's two lists (the words first where it
+    is true): true for a dataset whose search scans its lists, false where it is scored exactly
+    in SQLite on one core (lists not built yet, too few chunks, a filter admitting too few) or
+    the scan has one thread."""
+    index, dataset = setup
+    monkeypatch.setattr(lists, "SEARCH_THREADS", 2)
+    with index.db.write() as conn:
+        documents = [insert_document(conn, dataset, meta={"n": n}) for n in range(2)]
+    write(index, dataset, documents[0], 1, texts(1, 300))
+    write(index, dataset, documents[1], 1, texts(2, 5))
+    assert not index.graphs.ready(dataset_key(dataset))
+    assert not index.scans_every_core(dataset)
+    built(index, dataset)
+    assert index.scans_every_core(dataset)
+    index.graph_min_chunks = 100
+    assert index.scans_every_core(dataset, SearchFilter(metadata=(("n", (0,)),)))
+    assert not index.scans_every_core(dataset, SearchFilter(metadata=(("n", (1,)),)))
+    index.graph_min_chunks = 1000
+    assert not index.scans_every_core(dataset)
+    index.graph_min_chunks = 1
+    monkeypatch.setattr(lists, "SEARCH_THREADS", 1)
+    assert not index.scans_every_core(dataset)
+
+
 def test_a_filter_that_admits_few_chunks_is_exact(setup) -> None:
     index, dataset = setup
     with index.db.write() as conn:

@@ -165,11 +165,12 @@ class Search:
             wanted = max(top_k * CANDIDATES_PER_TOP_K, MIN_CANDIDATES)
             # the words are looked up while the query is embedded: the two take about as long,
             # and each waits mostly in C (the model, SQLite). The neighbours are found beside
-            # them too, unless the index's scan takes every core (the embedded lists): then
-            # after the words, or the scan's threads would take turns with the lookup
+            # them too, unless this search's scan takes every core (a large dataset's lists in
+            # the embedded index): then after the words, or the scan's threads would take turns
+            # with the lookup
             words = self._pool.submit(self.index.search_keyword, dataset_id, query, wanted, where)
             vectors = [(name, self._vector(query, name)) for name in held]
-            if self.index.scans_every_core:
+            if self.index.scans_every_core(dataset_id, where):
                 words.result()
             nearest = self._nearest(dataset_id, vectors, wanted, where, fused=True)
             weight = self.models.fusion_weight(held[0] if len(held) == 1 else model)

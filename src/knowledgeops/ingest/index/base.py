@@ -68,10 +68,12 @@ class Hit:
 
 
 class ChunkIndex(Protocol):
-    # a vector search takes every core of this process (the embedded index scans its lists on
-    # all of them): a hybrid search looks its words up before it, never beside it, where the
-    # two would only take turns on the cores and the scan waits for its slowest thread
-    scans_every_core: bool
+    def scans_every_core(self, dataset_id: str, where: SearchFilter | None = None) -> bool:
+        """A vector search of the dataset (through `where`) will take every core of this
+        process (the embedded index scans a large dataset's lists on all of them): a hybrid
+        search then looks its words up before it, never beside it, where the two would only
+        take turns on the cores and the scan waits for its slowest thread."""
+        ...
 
     def ensure(self) -> None:
         """Create the index's tables (and what they need) if missing; idempotent (every

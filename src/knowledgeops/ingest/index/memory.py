@@ -25,8 +25,6 @@ _WORDS = re.compile(r"\w+")
 
 
 class MemoryIndex:
-    scans_every_core = False
-
     """`tx` is ignored: there is no database (the in-memory job store hands None). What a
     search filter asks of a document (its type and metadata) is told with `describe`, as the
     documents table tells the SQL engines."""
@@ -119,6 +117,10 @@ class MemoryIndex:
             return True
         content_type, metadata, model = self.documents.get(document_id, ("", {}, None))
         return where.admits(document_id, content_type, metadata, model)
+
+    def scans_every_core(self, dataset_id: str, where: SearchFilter | None = None) -> bool:
+        """Never: a search scores its dataset's chunks on the calling thread."""
+        return False
 
     def search_vector(
         self,

@@ -96,8 +96,6 @@ class PgVectorMissing(IndexUnavailable):
 
 
 class PgVectorIndex:
-    scans_every_core = False  # PostgreSQL searches: each list on a server backend of its own
-
     def __init__(
         self,
         db: Database,
@@ -523,6 +521,10 @@ class PgVectorIndex:
         self.pruner.logged(max(result.rowcount, 0))
 
     # --- reads ----------------------------------------------------------------------------------
+    def scans_every_core(self, dataset_id: str, where: SearchFilter | None = None) -> bool:
+        """Never: PostgreSQL searches each list on a server backend of its own."""
+        return False
+
     def search_vector(
         self,
         dataset_id: str,

@@ -70,8 +70,6 @@ GRAPH_MIN_CHUNKS = 1000  # a dataset's active chunks from which its search goes 
 
 
 class SqliteIndex:
-    scans_every_core = True  # a large dataset's lists are scanned on every core (lists.py)
-
     def __init__(
         self,
         db: Database,
@@ -341,6 +339,16 @@ class SqliteIndex:
             conn.exec_driver_sql(f"DELETE FROM {self.fts} WHERE rowid IN ({marks})", tuple(part))
 
     # --- reads ----------------------------------------------------------------------------------
+    def scans_every_core(self, dataset_id: str, where: SearchFilter | None = None) -> bool:
+        """The search will scan the dataset's lists, on every core (lists.SEARCH_THREADS): it
+        admits enough chunks for them and they are built. A smaller dataset is scored exactly
+        in SQLite, on one core, and a lookup beside it takes no turn from it."""
+        if lists.SEARCH_THREADS < 2:
+            return False
+        admitted, total = self.counts.of(dataset_id, where)
+        large = min(admitted, total) >= self.graph_min_chunks
+        return large and self.graphs.ready(dataset_key(dataset_id))
+
     def search_vector(
         self,
         dataset_id: str,

@@ -261,6 +261,8 @@ def _measure(
                     pool,
                     lambda: index.search_keyword(d, questions[q], HYBRID_CANDIDATES, w),
                     lambda: index.search_vector(d, vectors[q], HYBRID_CANDIDATES, w, fused=True),
+                    d,
+                    w,
                 )
                 return score_fusion(questions[q], *kept[q], VECTOR_WEIGHT, TOP_K)
 
@@ -315,12 +317,14 @@ def both_lists(
     pool: ThreadPoolExecutor,
     words: Callable[[], list[Hit]],
     nearest: Callable[[], list[Hit]],
+    dataset_id: str,
+    where: SearchFilter | None,
 ) -> tuple[list[Hit], list[Hit]]:
     """A hybrid search's two lists (vector, keyword) as the search service gets them: the
-    words looked up beside the vector search, or before it where the index's scan takes every
-    core (ChunkIndex.scans_every_core; the service looks them up while it embeds the query,
-    which this bench has done beforehand)."""
-    if index.scans_every_core:
+    words looked up beside the vector search, or before it where its scan takes every core
+    (ChunkIndex.scans_every_core; the service looks them up while it embeds the query, which
+    this bench has done beforehand)."""
+    if index.scans_every_core(dataset_id, where):
         keyword = words()
         return nearest(), keyword
     looked_up = pool.submit(words)
@@ -1093,6 +1097,8 @@ def _hybrid_sweep(
                     partial(
                         index.search_vector, dataset_id, vectors[n], HYBRID_CANDIDATES, fused=True
                     ),
+                    dataset_id,
+                    None,
                 )
                 hits = score_fusion(question, nearest, keyword, VECTOR_WEIGHT, TOP_K)
                 took.append((time.perf_counter() - began) * 1000)
@@ -1192,6 +1198,8 @@ def _rarest_first_sweep(
             pool,
             lambda: index.search_keyword(dataset_id, questions[q], HYBRID_CANDIDATES),
             lambda: index.search_vector(dataset_id, vectors[q], HYBRID_CANDIDATES, fused=True),
+            dataset_id,
+            None,
         )
         return score_fusion(questions[q], nearest, words, VECTOR_WEIGHT, TOP_K)
 
