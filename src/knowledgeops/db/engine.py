@@ -7,8 +7,11 @@ two writers queue on the busy timeout instead of failing half-way through a tran
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
+import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -29,6 +32,10 @@ SQLITE_POOL_SIZE = 16  # connections kept open
 SQLITE_POOL_OVERFLOW = 64  # more opened under load
 CONNECT_TIMEOUT_S = 10  # s: a server that does not answer fails the connection, not the process
 IDLE_IN_TX_LIMIT_S = 120  # s: our transactions are short; one idle this long was abandoned
+SLOW_WRITE_S = 5.0  # s: a write transaction held this long is logged with the code that held it
+# (SQLite's other writers wait for it, and give up after the busy timeout)
+
+log = logging.getLogger(__name__)
 
 
 def _sqlite_engine(url: str) -> Engine:
@@ -83,6 +90,28 @@ def create_db_engine(url: str) -> Engine:
     )
 
 
+@contextmanager
+def _timed() -> Iterator[None]:
+    """Log a write transaction that ran for SLOW_WRITE_S or longer, with where it was opened
+    (the frames outside this module and contextlib: the caller of `write()`)."""
+    began = time.monotonic()
+    try:
+        yield
+    finally:
+        held = time.monotonic() - began
+        if held >= SLOW_WRITE_S:
+            frames = [
+                f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} {frame.name}"
+                for frame in traceback.extract_stack()[:-1]
+                if not frame.filename.endswith(("engine.py", "contextlib.py"))
+            ]
+            log.warning(
+                "a write transaction held the database for %.1f s, opened by %s",
+                held,
+                " < ".join(reversed(frames[-4:])),
+            )
+
+
 class Database:
     """The process's handle on the database: `write()` and `read()` transactions."""
 
@@ -104,7 +133,7 @@ class Database:
     def write(self) -> Iterator[Connection]:
         """A transaction that may write; commits on success, rolls back on any exception."""
         if self._write_lock is None:
-            with self._transaction() as conn:
+            with self._transaction() as conn, _timed():
                 yield conn
             return
         if not self._write_lock.acquire(timeout=SQLITE_BUSY_TIMEOUT_MS / 1000):
@@ -113,7 +142,7 @@ class Database:
                 "BEGIN IMMEDIATE", None, sqlite3.OperationalError("database is locked")
             )
         try:
-            with self._transaction() as conn:
+            with self._transaction() as conn, _timed():
                 yield conn
         finally:
             self._write_lock.release()
