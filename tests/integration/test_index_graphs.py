@@ -413,6 +413,50 @@ def test_a_search_takes_every_core_only_through_built_lists(
     assert not index.scans_every_core(dataset)
 
 
+def test_a_filter_that_passes_too_few_candidates_asks_the_lists_again_not_exact(
+    setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The share a filter admits over the dataset need not hold near the question: when too
+    few of the first candidates pass, the lists are asked for CANDIDATES_WIDEN times as many,
+    and the search answers exact's hits from them, without the exact scan of every chunk the
+    filter admits (which a million chunks makes take seconds)."""
+    index, dataset = setup
+    monkeypatch.setattr(graphs, "CANDIDATES_MIN", 1)
+    monkeypatch.setattr(graphs, "CANDIDATES_PER_K", 1)  # k 5, half admitted: 10, then 40
+    with index.db.write() as conn:
+        documents = [insert_document(conn, dataset, meta={"shelf": n % 2}) for n in range(10)]
+    for n, document in enumerate(documents):
+        write(index, dataset, document, 1, texts(50 + n, 30))
+    built(index, dataset)
+    where = SearchFilter(metadata=(("shelf", (0,)),))
+    asked: list[int] = []
+    nearest = index.graphs.nearest
+
+    def recorded(conn, key, vector, want, share=lists.PROBE_SHARE):
+        asked.append(want)
+        return nearest(conn, key, vector, want, share)
+
+    exact_scans: list[str] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany) -> None:
+        if "FROM documents d JOIN chunks c" in statement:
+            exact_scans.append(statement)
+
+    monkeypatch.setattr(index.graphs, "nearest", recorded)
+    event.listen(index.db.engine, "after_cursor_execute", seen)
+    try:
+        for query in texts(60, 20):
+            vector = EMBED.vector(query)
+            hits = index.search_vector(dataset, vector, 5, where)
+            with index.db.read() as conn:
+                best = index._exact(conn, dataset, vector, 5, where)
+            assert [round(h.score, 5) for h in hits] == [round(h.score, 5) for h in best]
+    finally:
+        event.remove(index.db.engine, "after_cursor_execute", seen)
+    assert set(asked) == {10, 40}  # some first asks left fewer than 5 on shelf 0
+    assert len(exact_scans) == 20  # the test's own, none of the search's
+
+
 def test_a_filter_that_admits_few_chunks_is_exact(setup) -> None:
     index, dataset = setup
     with index.db.write() as conn:

@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 CANDIDATES_MIN = 40  # the graph's nearest asked for at least, then scored exactly
 CANDIDATES_PER_K = 4
 CANDIDATES_MAX = 4096
+CANDIDATES_WIDEN = 4  # a second ask, when too few of the first pass (candidate_asks)
 PENDING_MAX = 2000  # logged changes a search will score itself; more: exact search
 APPLY_BATCH = 64  # vectors added per turn of a graph's lock at most …
 APPLY_TURN_S = 0.005  # … and about this long: a search of the graph waits no longer for it
@@ -91,11 +92,15 @@ def create_tables(conn: Connection, vec: str) -> None:
     )
 
 
-def candidates_for(k: int, share: float) -> int:
-    """How many of the graph's nearest to score for k results, when `share` of the dataset's
-    chunks pass the search's filter (1.0: no filter)."""
-    wanted = max(CANDIDATES_MIN, CANDIDATES_PER_K * k) / max(share, 1e-9)
-    return int(min(CANDIDATES_MAX, wanted))
+def candidate_asks(k: int, share: float) -> tuple[int, ...]:
+    """How many of the lists' nearest a search scores, in turn, for k results when `share` of
+    the dataset's chunks pass its filter (1.0: no filter): as many as the share should leave k
+    of, then, when too few of those pass (the filter admits fewer near the question than over
+    the dataset, or chunks have just been replaced), CANDIDATES_WIDEN times as many, before
+    the search is exact."""
+    first = int(min(CANDIDATES_MAX, max(CANDIDATES_MIN, CANDIDATES_PER_K * k) / max(share, 1e-9)))
+    wider = min(CANDIDATES_MAX, first * CANDIDATES_WIDEN)
+    return (first,) if wider <= first else (first, wider)
 
 
 @dataclass

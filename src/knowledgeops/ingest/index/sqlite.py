@@ -44,7 +44,7 @@ from knowledgeops.ingest.index import lists, vector_rows
 from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
 from knowledgeops.ingest.index.counts import ActiveCounts
 from knowledgeops.ingest.index.filters import SearchFilter, sqlite_where
-from knowledgeops.ingest.index.graphs import RESET, Graphs, candidates_for, create_tables
+from knowledgeops.ingest.index.graphs import RESET, Graphs, candidate_asks, create_tables
 from knowledgeops.ingest.index.keys import dataset_key
 from knowledgeops.ingest.index.keywords import (
     KEYWORD_MIN_CHUNKS,
@@ -358,21 +358,22 @@ class SqliteIndex:
         *,
         fused: bool = False,
     ) -> list[Hit]:
-        """Through the dataset's graph when it is large (candidates scored exactly against
-        what is active now), else exact over the dataset's rows; exact also when the graph is
-        not there yet or answers fewer than it must. A `fused` list scans fewer of the dataset's
-        lists (lists.PROBE_SHARE_FUSED)."""
+        """Through the dataset's lists when it is large (candidates scored exactly against
+        what is active now), else exact over the dataset's rows; exact also when the lists are
+        not there yet or answer fewer than they must, asked twice (graphs.candidate_asks). A
+        `fused` list scans fewer of the dataset's lists (lists.PROBE_SHARE_FUSED)."""
         filtered = where is not None and not where.empty
         admitted, total = self.counts.of(dataset_id, where)
         if admitted == 0:
             return []
         with self.db.read() as conn:
             if total >= self.graph_min_chunks and admitted >= self.graph_min_chunks:
-                want = candidates_for(k, admitted / total)
                 key = dataset_key(dataset_id)
                 share = lists.PROBE_SHARE_FUSED if fused else lists.PROBE_SHARE
-                seqs = self.graphs.nearest(conn, key, vector, want, share)
-                if seqs is not None:
+                for want in candidate_asks(k, admitted / total):
+                    seqs = self.graphs.nearest(conn, key, vector, want, share)
+                    if seqs is None:
+                        break
                     hits = self._scored(conn, dataset_id, vector, seqs, where, k)
                     if len(hits) >= min(k, admitted):
                         return hits

@@ -1388,6 +1388,8 @@ def _graph_settings() -> dict[str, Any]:
         "probe_share_fused": lists.PROBE_SHARE_FUSED,
         "regrow": lists.REGROW,
         "candidates_min": graphs.CANDIDATES_MIN,
+        "candidates_per_k": graphs.CANDIDATES_PER_K,
+        "candidates_widen": graphs.CANDIDATES_WIDEN,
     }
 
 
