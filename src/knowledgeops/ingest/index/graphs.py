@@ -55,7 +55,8 @@ from knowledgeops.ingest.index.stage import LOOK_S, STAGE_MAX, SpareCores, Stage
 log = logging.getLogger(__name__)
 
 CANDIDATES_MIN = 40  # the graph's nearest asked for at least, then scored exactly
-CANDIDATES_PER_K = 4
+CANDIDATES_PER_K = 2  # the 8-bit codes rank well: 40 candidates for 10 find what 160 do, and
+# a hybrid search's 40 from 80 what it found from 160 (docs/performance.md)
 CANDIDATES_MAX = 4096
 CANDIDATES_WIDEN = 4  # a second ask, when too few of the first pass (candidate_asks)
 PENDING_MAX = 2000  # logged changes a search will score itself; more: exact search
