@@ -85,12 +85,22 @@ class Plan:
     drain_s: float  # the most the end may take once uploads are done
 
     every_kind: bool  # strike each kind once at least, even after the last upload
+    held_back: int = 0  # the last documents, uploaded once every kind has been struck: the
+    # last fault then has work to recover with (a provider burst needs calls to refuse)
 
     @staticmethod
     def for_run(short: bool, count: int) -> Plan:
         if short:  # every kind once, over about two minutes of uploads
             rate = max(0.5, count / SHORT_UPLOAD_S)
-            return Plan(rate, (3.0, 5.0), outage_s=3.0, burst=6, drain_s=300.0, every_kind=True)
+            return Plan(
+                rate,
+                (3.0, 5.0),
+                outage_s=3.0,
+                burst=6,
+                drain_s=300.0,
+                every_kind=True,
+                held_back=max(1, count // 20),
+            )
         return Plan(8.0, (12.0, 30.0), outage_s=12.0, burst=30, drain_s=1800.0, every_kind=False)
 
 
@@ -218,6 +228,7 @@ class Soak:
         self.refused: Counter[str] = Counter()
         self.faults: list[Fault] = []
         self.uploads_done = threading.Event()
+        self.every_kind_struck = threading.Event()  # (or the striker stopped)
         self.stop = threading.Event()
         self.samples: dict[str, list[tuple[float, float]]] = {}
         self.problems: list[str] = []
@@ -259,6 +270,10 @@ class Soak:
     def upload_all(self, client: httpx.Client) -> None:
         try:
             for n, document in enumerate(self.documents):
+                if n >= len(self.documents) - self.plan.held_back:
+                    while not self.every_kind_struck.wait(0.5):
+                        if self.stop.is_set():
+                            return
                 due = self.began + n / self.plan.rate
                 time.sleep(max(0.0, due - time.monotonic()))
                 self._upload(client, document)
@@ -297,6 +312,12 @@ class Soak:
             self.stop.wait(SAMPLE_S)
 
     def strike(self, topology: Topology) -> None:
+        try:
+            self._strike(topology)
+        finally:
+            self.every_kind_struck.set()  # the held-back uploads never wait on a stopped striker
+
+    def _strike(self, topology: Topology) -> None:
         kinds: list[str] = []
         struck: set[str] = set()
         time.sleep(self.rng.uniform(*self.plan.gap_s))
@@ -308,6 +329,8 @@ class Soak:
                 self.rng.shuffle(kinds)
             kind = kinds.pop()
             struck.add(kind)
+            if struck == set(FAULTS):
+                self.every_kind_struck.set()  # the last kind: its fault meets the last uploads
             fault = Fault(kind, self.now())
             try:
                 FAULT_ACTIONS[kind](self, topology, fault)
