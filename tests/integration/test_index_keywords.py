@@ -26,7 +26,7 @@ from knowledgeops.lab.bench.search import _keyword_budget_sweep, _rarest_first_s
 from knowledgeops.roles.wiring import make_index
 from knowledgeops.settings import Settings
 from tests.fixtures.rows import insert_dataset, insert_document
-from tests.integration.test_index_graphs import EMBED, write
+from tests.integration.test_index_graphs import EMBED, chunks, write
 
 WORDS = [f"w{n}" for n in range(300)]
 
@@ -547,6 +547,36 @@ def test_the_log_is_pruned_when_no_graph_and_no_keyword_index_is_kept(
         document = insert_document(conn, dataset)
     try:
         write(index, dataset, document, 1, texts(9, 30))  # 30 log rows: a prune starts
+        deadline = time.monotonic() + 30
+        left = None
+        while time.monotonic() < deadline:
+            with sqlite_db.read() as conn:
+                left = conn.exec_driver_sql(f"SELECT count(*) FROM {index.log}").scalar()
+            if left == 0:
+                break
+            time.sleep(0.05)
+        assert left == 0
+    finally:
+        index.close()
+
+
+def test_a_prune_started_inside_a_write_waits_for_its_commit(
+    sqlite_db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`logged` starts the prune while the writing transaction is still open: the prune must
+    see that write's rows (it once read before the commit, found nothing, and left the rows for
+    a minute: CI saw 30 rows left)."""
+    monkeypatch.setattr(graphs, "PRUNE_AFTER_ROWS", 25)
+    index = SqliteIndex(sqlite_db, EMBED.dimension, graph_min_chunks=10**9)
+    index.ensure()
+    with sqlite_db.write() as conn:
+        dataset = insert_dataset(conn)
+        document = insert_document(conn, dataset)
+    try:
+        with sqlite_db.write() as tx:
+            index.upsert(tx, chunks(dataset, document, 1, texts(10, 30)))
+            index.activate(tx, document, 1)
+            time.sleep(1.0)  # the prune's thread is running by now, the rows not committed
         deadline = time.monotonic() + 30
         left = None
         while time.monotonic() < deadline:

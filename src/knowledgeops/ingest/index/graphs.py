@@ -155,7 +155,8 @@ class Graphs:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._trainers: dict[int, threading.Thread] = {}  # lists trained again, by dataset
-        self._pruned_at = 0.0
+        # (monotonic time counts from boot: a machine up less than a minute still prunes)
+        self._pruned_at = -PRUNE_INTERVAL_S
         self.stage_max = stage_max  # staged chunks past which the graph takes them in anyway
         self._spare = SpareCores()
         self._flush_until = 0.0  # till then the graph takes staged chunks in at once (caught_up)
@@ -578,7 +579,10 @@ class Graphs:
         (a million rows) one delete would hold the database's write lock for many seconds."""
         self._pruned_at = time.monotonic()
         self._logged = 0
-        with self.db.read() as conn:
+        # read under the write lock: the write whose log rows started this prune (`logged` runs
+        # inside its transaction) has committed by then, so its rows are below `top`; a read
+        # could run before that commit, see none of them, and leave them for PRUNE_INTERVAL_S
+        with self.db.write() as conn:
             top = conn.exec_driver_sql(f"SELECT coalesce(max(id), 0) FROM {self.log}").scalar()
             snapshots: dict[int, int] = dict(
                 conn.exec_driver_sql(f"SELECT dataset_key, log_id FROM {self.snapshots}").all()
