@@ -3,12 +3,17 @@
 A container given "2 CPUs" on a 64-core host may use 2 (a cgroup v2 quota), and a process pinned
 to some cores (its affinity) only those: the model's threads are sized by `usable_cores`, and
 the embedded graphs' upkeep watches the same cores for one to spare (ingest/index/stage.py).
+`OtherWork` says how many of them other processes keep busy: a hybrid search runs its two lists
+side by side on free cores and in turn on taken ones (service/search.py).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +82,58 @@ class BusyCpu:
             return _busy(psutil.cpu_times())
         except (OSError, psutil.Error):
             return None
+
+
+OTHER_WORK_CORES = 0.5  # cores other processes keep busy from which they count as working
+OTHER_WORK_WINDOW_S = 0.5  # s: the shortest stretch their use is measured over
+
+
+class OtherWork:
+    """How many of the usable cores other processes kept busy lately: the busy CPU (`BusyCpu`)
+    less this process's own, over the stretch since the last measure (OTHER_WORK_WINDOW_S at
+    least: a measure asked for sooner answers the last one, without reading /proc again).
+    This process's own threads are left out whatever they do (its searches, and its model,
+    which runs `nice` below them); a parser's child process or any other program counts.
+    The first ask has nothing to compare with and answers 0."""
+
+    def __init__(self, window_s: float = OTHER_WORK_WINDOW_S) -> None:
+        self.window_s = window_s
+        self.cpu = BusyCpu()
+        self._lock = threading.Lock()
+        self._since: tuple[float, float, float] | None = None  # wall, busy CPU, own CPU
+        self._cores: float | None = 0.0
+
+    def cores(self) -> float | None:
+        """Other processes' busy cores; None where the CPU cannot be read."""
+        now = time.monotonic()
+        if not self._lock.acquire(blocking=False):  # another search measures right now
+            return self._cores
+        try:
+            if self._since is not None and now - self._since[0] < self.window_s:
+                return self._cores
+            busy, own = self.cpu.seconds(), time.process_time()
+            if busy is None:
+                self._cores = None
+                return None
+            if self._since is not None:
+                began, busy_then, own_then = self._since
+                others = ((busy - busy_then) - (own - own_then)) / (now - began)
+                self._cores = max(0.0, others)
+            self._since = (now, busy, own)
+            return self._cores
+        finally:
+            self._lock.release()
+
+    def busy(self) -> bool:
+        """Other processes keep OTHER_WORK_CORES or more busy (or their use cannot be read)."""
+        cores = self.cores()
+        return cores is None or cores >= OTHER_WORK_CORES
+
+
+@functools.cache
+def other_work() -> OtherWork:
+    """The process's one measure of other processes' CPU (each asker shares its window)."""
+    return OtherWork()
 
 
 USER_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

@@ -89,6 +89,13 @@ def test_bench_search_measures_both_topologies_at_a_given_number_of_chunks(
             assert 0 < latency["p50"] <= latency["p95"]
         assert set(f["recall_at_10"]) == {"large", "large filtered", "small", "small filtered"}
         assert min(f["recall_at_10"].values()) >= 0.9
+        # how many reported hybrid searches looked their words up first: where the scan takes
+        # every core while other processes keep cores busy (service.search.words_first)
+        in_turn = f["settings"]["hybrid_lists_in_turn"]
+        assert set(in_turn) == set(f["recall_at_10"])
+        assert all(share.endswith("/20") for share in in_turn.values())
+    # PostgreSQL searches each list on a backend of its own: never in turn
+    assert set(figures["scale-out"]["settings"]["hybrid_lists_in_turn"].values()) == {"0/20"}
     embedded = figures["embedded"]
     assert embedded["index_memory_mb"] > 0  # the large dataset went through its graph
     assert embedded["settings"]["probe_sweep"]

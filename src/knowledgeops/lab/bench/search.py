@@ -22,6 +22,7 @@ embedding and HTTP are left out (they do not grow with the corpus).
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 import shutil
@@ -43,6 +44,7 @@ import psycopg
 from rich.table import Table
 from sqlalchemy import insert, text
 
+from knowledgeops.cpu import other_work
 from knowledgeops.db.engine import Database
 from knowledgeops.db.migrate import upgrade
 from knowledgeops.db.schema import datasets, documents
@@ -60,7 +62,7 @@ from knowledgeops.lab.bench.passages import Passages, faq_pages
 from knowledgeops.lab.devpg import LocalPostgres, free_port
 from knowledgeops.lab.embedders import HashingEmbedder
 from knowledgeops.lab.eval.collections import load
-from knowledgeops.service.search import score_fusion
+from knowledgeops.service.search import score_fusion, words_first
 from knowledgeops.settings import Settings
 
 DIMENSION = 384  # the default model's
@@ -77,6 +79,8 @@ MIN_QUESTIONS = 30
 BUILD_LIMIT_S = 3 * 3600.0
 COUNT_REPEATS = 20  # fresh counts timed per dataset and filter (_count_cost)
 SHELF = SearchFilter(metadata=(("shelf", (0,)),))
+# hybrid searches by the order of their lists (True: the words first, in turn; both_lists)
+IN_TURN: collections.Counter[bool] = collections.Counter()
 _IDS = uuid.UUID("0b9e55a4-2a43-4a7e-9c2e-5e4d3c2b1a09")  # documents and datasets: the same ids
 # in every run, so a kept database (--keep) is the corpus regenerated in memory
 
@@ -276,8 +280,12 @@ def _measure(
                 # page cache into PostgreSQL's shared buffers); the second is a server's in
                 # service, the figure reported; the first is kept beside it
                 first, _ = _passed(call, len(questions))
+                IN_TURN.clear()
                 took, found = _passed(call, len(questions))
                 figures.latency_ms[f"{label} {mode}"] = _figures(took)
+                if mode == "hybrid":  # how many of the reported searches ran their lists in turn
+                    in_turn = figures.settings.setdefault("hybrid_lists_in_turn", {})
+                    in_turn[label] = f"{IN_TURN[True]}/{IN_TURN[True] + IN_TURN[False]}"
                 figures.settings.setdefault("first_pass_ms", {})[f"{label} {mode}"] = _figures(
                     first
                 )
@@ -321,10 +329,13 @@ def both_lists(
     where: SearchFilter | None,
 ) -> tuple[list[Hit], list[Hit]]:
     """A hybrid search's two lists (vector, keyword) as the search service gets them: the
-    words looked up beside the vector search, or before it where its scan takes every core
-    (ChunkIndex.scans_every_core; the service looks them up while it embeds the query, which
-    this bench has done beforehand)."""
-    if index.scans_every_core(dataset_id, where):
+    words looked up beside the vector search, or before it where its scan takes every core and
+    other processes keep cores busy (service.search.words_first; the service looks them up
+    while it embeds the query, which this bench has done beforehand). Each search's order is
+    counted in IN_TURN."""
+    first = words_first(index, other_work(), dataset_id, where)
+    IN_TURN[first] += 1
+    if first:
         keyword = words()
         return nearest(), keyword
     looked_up = pool.submit(words)
