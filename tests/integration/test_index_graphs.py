@@ -421,6 +421,7 @@ def test_a_filter_that_passes_too_few_candidates_asks_the_lists_again_not_exact(
     and the search answers exact's hits from them, without the exact scan of every chunk the
     filter admits (which a million chunks makes take seconds)."""
     index, dataset = setup
+    index.filter_bitmaps = False  # the filter's bitmap would leave only admitted candidates
     monkeypatch.setattr(graphs, "CANDIDATES_MIN", 1)
     monkeypatch.setattr(graphs, "CANDIDATES_PER_K", 1)  # k 5, half admitted: 10, then 40
     with index.db.write() as conn:
@@ -432,9 +433,9 @@ def test_a_filter_that_passes_too_few_candidates_asks_the_lists_again_not_exact(
     asked: list[int] = []
     nearest = index.graphs.nearest
 
-    def recorded(conn, key, vector, want, share=lists.PROBE_SHARE):
+    def recorded(conn, key, vector, want, share=lists.PROBE_SHARE, selector=None):
         asked.append(want)
-        return nearest(conn, key, vector, want, share)
+        return nearest(conn, key, vector, want, share, selector)
 
     exact_scans: list[str] = []
 

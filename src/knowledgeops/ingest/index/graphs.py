@@ -161,6 +161,10 @@ class Graphs:
         self._spare = SpareCores()
         self._flush_until = 0.0  # till then the graph takes staged chunks in at once (caught_up)
         self._logged = 0  # log rows written by this process since the last prune
+        # the highest log id of each dataset that may have been pruned (raised before each
+        # delete), and of the datasets without lists (admitted.py reads them)
+        self._log_floors: dict[int, int] = {}
+        self._others_floor = 0
         self.builds = 0  # lists built from the database (not loaded): for tests and bench
         self.retrained = 0  # of those, built again because the dataset had outgrown its lists
 
@@ -172,12 +176,14 @@ class Graphs:
         vector: npt.NDArray[np.float32],
         want: int,
         share: float = PROBE_SHARE,
+        selector: Any = None,
     ) -> list[int] | None:
         """Candidate seqs for a search of the dataset `key`: the lists' `want` nearest (a scan
-        of the `share` of its lists nearest to the question), the stage's `want` nearest
-        (exactly), and the chunks logged as added since the thread last read the log, read in
-        `conn`'s transaction (the one that scores them). None when there are no lists yet (they
-        are built) or they are far behind."""
+        of the `share` of its lists nearest to the question; of the codes `selector` admits
+        only, where given: admitted.py), the stage's `want` nearest (exactly), and the chunks
+        logged as added since the thread last read the log, read in `conn`'s transaction (the
+        one that scores them). None when there are no lists yet (they are built) or they are
+        far behind."""
         graph = self._graphs.get(key)
         if graph is None:
             self.want(key)
@@ -194,7 +200,7 @@ class Graphs:
         if len(pending) > PENDING_MAX or any(seq == RESET for seq, _ in pending):
             return None
         with graph.lock:
-            seqs = graph.index.search(vector, want, share)
+            seqs = graph.index.search(vector, want, share, selector)
             staged = graph.stage.nearest(units(vector)[0], want)
         seqs.extend(staged)
         seqs.extend(seq for seq, added in pending if added)
@@ -227,6 +233,15 @@ class Graphs:
 
     def ready(self, key: int) -> bool:
         return key in self._graphs
+
+    def log_floor(self, key: int) -> int:
+        """The highest log id of the dataset whose row may have been pruned: rows after it are
+        all still there."""
+        floor = self._log_floors.get(key, 0)
+        return floor if key in self._graphs else max(floor, self._others_floor)
+
+    def _raise_floor(self, key: int, log_id: int) -> None:
+        self._log_floors[key] = max(self._log_floors.get(key, 0), log_id)
 
     def caught_up(self, timeout: float = 60.0) -> bool:
         """Wait until every wanted graph exists and holds the whole log, its stage taken in
@@ -513,6 +528,7 @@ class Graphs:
         with self._state:
             self._graphs.pop(graph.key, None)
             self._wanted.discard(graph.key)
+        self._raise_floor(graph.key, 2**62)
         with self.db.write() as tx:
             tx.exec_driver_sql(f"DELETE FROM {self.snapshots} WHERE dataset_key = ?", (graph.key,))
             tx.exec_driver_sql(
@@ -546,6 +562,7 @@ class Graphs:
             os.fsync(handle.fileno())
         os.replace(temporary, self.folder / name)
         _fsync_folder(self.folder)
+        self._raise_floor(graph.key, applied)
         with self.db.write() as tx:
             tx.exec_driver_sql(
                 f"INSERT INTO {self.snapshots} (dataset_key, log_id, file, size) "
@@ -600,8 +617,10 @@ class Graphs:
             floors[key] = min(log_id, floors[key])
         keys = ",".join(str(int(key)) for key in floors)
         others = f" AND dataset_key NOT IN ({keys})" if keys else ""
+        self._others_floor = max(self._others_floor, int(top or 0))
         self._delete_batched(f"id <= ? AND id <= {self.kept}{others}", (top,))
         for key, floor in floors.items():
+            self._raise_floor(key, floor)
             self._delete_batched(f"dataset_key = ? AND id <= ? AND id <= {self.kept}", (key, floor))
 
     def _delete_batched(self, where: str, params: tuple[Any, ...]) -> None:

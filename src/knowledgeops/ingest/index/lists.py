@@ -149,16 +149,25 @@ class Lists:
         self._keys.difference_update(int(key) for key in held)
         return removed
 
-    def search(self, vector: npt.ArrayLike, want: int, share: float = PROBE_SHARE) -> list[int]:
+    def search(
+        self,
+        vector: npt.ArrayLike,
+        want: int,
+        share: float = PROBE_SHARE,
+        selector: faiss.IDSelector | None = None,
+    ) -> list[int]:
         """The keys of the `want` vectors nearest to `vector` in the `share` of the lists nearest
         to it (more where that holds fewer than PROBE_MIN_VECTORS), nearest first (by their int8
-        codes: the caller scores them exactly)."""
+        codes: the caller scores them exactly); of the keys `selector` admits only, where
+        given (the others' distances are not computed)."""
         if want <= 0 or not len(self):
             return []
         share = max(share, PROBE_MIN_VECTORS / len(self))
         probes = max(1, min(self.lists, math.ceil(share * self.lists)))
         params = faiss.SearchParametersIVF()
         params.nprobe = probes
+        if selector is not None:
+            params.sel = selector
         faiss.omp_set_num_threads(SEARCH_THREADS)
         _, found = self.index.search(units(vector), want, params=params)
         return [int(key) for key in found[0] if key >= 0]

@@ -41,6 +41,7 @@ from knowledgeops.db.engine import Database, Tx
 from knowledgeops.db.schema import documents
 from knowledgeops.errors import IndexUnavailable
 from knowledgeops.ingest.index import lists, vector_rows
+from knowledgeops.ingest.index.admitted import AdmittedBitmaps
 from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
 from knowledgeops.ingest.index.counts import ActiveCounts
 from knowledgeops.ingest.index.filters import SearchFilter, sqlite_where
@@ -77,6 +78,7 @@ class SqliteIndex:
         *,
         graph_min_chunks: int = GRAPH_MIN_CHUNKS,
         keyword_min_chunks: int = KEYWORD_MIN_CHUNKS,
+        filter_bitmaps: bool = True,
     ) -> None:
         if not db.is_sqlite:
             raise ValueError("SqliteIndex needs a SQLite database")
@@ -94,10 +96,15 @@ class SqliteIndex:
         self.keywords = Keywords(self.keyword_log, side_folder(db, "keywords"))
         self.counts = ActiveCounts(db)  # each search's counts, kept between two commits
         self.table_chunks = TableChunks(db)
+        # the chunks each filter admits in a large dataset: its scan skips the rest (off: a
+        # filtered search scans every code and asks for as many more as the filter drops)
+        self.admitted = AdmittedBitmaps(db, self.log, self.graphs.log_floor)
+        self.filter_bitmaps = filter_bitmaps
 
     def close(self) -> None:
         """Stop keeping the graphs (they are snapshotted, so the next start loads them) and the
         keyword index (committed: the next start opens it)."""
+        self.admitted.close()
         self.graphs.close()
         self.keywords.close()
         self.counts.close()
@@ -370,8 +377,20 @@ class SqliteIndex:
             if total >= self.graph_min_chunks and admitted >= self.graph_min_chunks:
                 key = dataset_key(dataset_id)
                 share = lists.PROBE_SHARE_FUSED if fused else lists.PROBE_SHARE
-                for want in candidate_asks(k, admitted / total):
-                    seqs = self.graphs.nearest(conn, key, vector, want, share)
+                # a filter's bitmap, once built: the scan skips what the filter does not
+                # admit, so the candidates are those of an unfiltered search
+                bitmap = None
+                if (
+                    where is not None
+                    and filtered
+                    and self.filter_bitmaps
+                    and self.graphs.ready(key)
+                ):
+                    bitmap = self.admitted.of(conn, key, dataset_id, where)
+                passing = 1.0 if bitmap is not None else admitted / total
+                selector = None if bitmap is None else bitmap[1]
+                for want in candidate_asks(k, passing):
+                    seqs = self.graphs.nearest(conn, key, vector, want, share, selector)
                     if seqs is None:
                         break
                     hits = self._scored(conn, dataset_id, vector, seqs, where, k)

@@ -514,6 +514,8 @@ def bench_embedded(
             figures.settings["keyword_disk_mb"] = round(_folder_mb(folder / "kops.db.keywords"), 1)
         figures.disk_mb = round(_folder_mb(folder), 1)
         _measure(figures, index, corpus, dataset_ids, questions, HashingEmbedder(DIMENSION))
+        # the filters' bitmaps of admitted chunks built by the searches (admitted.py)
+        figures.settings["filter_bitmaps_built"] = index.admitted.builds
         _measure_embedded(
             figures, index, db, corpus, passages, dataset_ids, questions, ingest_rounds
         )

@@ -1,0 +1,205 @@
+"""The chunks a search's filter admits in a large dataset, as a bitmap of their seqs: the lists'
+scan computes the distances of those only (faiss `IDSelectorBitmap`), so a filter that admits
+half a dataset scans half its codes and asks for the candidates of an unfiltered search (docs/
+architecture.md: Vector search at a million chunks).
+
+A bitmap is never the truth: the candidates it lets through are scored in SQL against what is
+active now and what the filter admits, as any candidates are. It only has to hold every chunk
+the filter admits (a chunk it holds that is no longer admitted costs a candidate, nothing
+more), and it does:
+- it is built from the database in one read transaction, with the vector log's top id in the
+  same one (`applied`);
+- each search that uses it first reads, in its own transaction, the log rows after `applied`
+  (the chunks made searchable since: added), sets the bits of those its filter admits, and
+  moves `applied` on. A document's filter fields (its metadata, file type, model) are set with
+  the generation its chunks are logged with, and read at that search;
+- the log's rows are pruned once the dataset's lists hold them (graphs.py): a bitmap behind the
+  pruned rows (`Graphs.log_floor`, raised before each delete and read after the search read the
+  rows) is dropped and built again, as is one with more rows to read than PENDING_MAX, or a
+  dataset deleted whole.
+A bitmap not built yet is built on a thread of its own (a million chunks: 0.7 s), and the
+searches meanwhile go without.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import faiss
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import Connection
+
+from knowledgeops.db.engine import Database
+from knowledgeops.ingest.index.filters import SearchFilter, sqlite_where
+from knowledgeops.ingest.index.graphs import PENDING_MAX, RESET
+
+log = logging.getLogger(__name__)
+
+BITMAPS_MAX = 16  # (dataset, filter) bitmaps kept, the least recently used dropped first
+READ_BATCH = 100_000  # admitted seqs read per fetch while building
+
+
+@dataclass(eq=False)
+class Bitmap:
+    """One filter's admitted chunks of one dataset; `bits` and `selector` are what a scan uses
+    (hold both while it runs: the selector points into the array)."""
+
+    bits: npt.NDArray[np.uint8]
+    applied: int  # the last log row taken in
+    selector: Any = field(init=False)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.selector = _selector(self.bits)
+
+    def set(self, seqs: npt.NDArray[np.int64]) -> None:
+        if not len(seqs):
+            return
+        top = int(seqs.max())
+        if top >> 3 >= len(self.bits):  # room for newer seqs, a half more than asked
+            grown = np.zeros(((top >> 3) + 1) * 3 // 2 + 1, dtype=np.uint8)
+            grown[: len(self.bits)] = self.bits
+            self.bits = grown  # a scan running on the old array keeps it alive (its caller)
+            self.selector = _selector(grown)
+        np.bitwise_or.at(self.bits, seqs >> 3, np.left_shift(1, seqs & 7).astype(np.uint8))
+
+
+def _selector(bits: npt.NDArray[np.uint8]) -> Any:
+    return faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(bits))
+
+
+class AdmittedBitmaps:
+    """The bitmaps of the filters searched, per dataset (`log`: the vector log's table;
+    `log_floor(key)`: the highest log id of the dataset that may have been pruned)."""
+
+    def __init__(self, db: Database, log_table: str, log_floor: Callable[[int], int]) -> None:
+        self.db = db
+        self.log = log_table
+        self.log_floor = log_floor
+        self._kept: collections.OrderedDict[tuple[int, SearchFilter], Bitmap] = (
+            collections.OrderedDict()
+        )
+        self._building: set[tuple[int, SearchFilter]] = set()
+        self._state = threading.Lock()
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="kops-admitted")
+        self.builds = 0  # for tests and the bench
+
+    def of(
+        self, conn: Connection, key: int, dataset_id: str, where: SearchFilter
+    ) -> tuple[npt.NDArray[np.uint8], Any] | None:
+        """The bitmap (its array and selector) of the chunks `where` admits in the dataset, as
+        of `conn`'s transaction; None while it is being built (the search goes without)."""
+        name = (key, where)
+        with self._state:
+            bitmap = self._kept.get(name)
+            if bitmap is not None:
+                self._kept.move_to_end(name)
+        if bitmap is None:
+            self._build_later(key, dataset_id, where)
+            return None
+        with bitmap.lock:
+            rows = conn.exec_driver_sql(
+                f"SELECT id, seq, added FROM {self.log} WHERE dataset_key = ? AND id > ? "
+                "ORDER BY id LIMIT ?",
+                (key, bitmap.applied, PENDING_MAX + 1),
+            ).all()
+            behind = self.log_floor(key) > bitmap.applied  # read after the rows: see above
+            if behind or len(rows) > PENDING_MAX or any(seq == RESET for _, seq, _ in rows):
+                self._drop(name, bitmap)
+                self._build_later(key, dataset_id, where)
+                return None
+            added = [int(seq) for _, seq, is_added in rows if is_added]
+            if added:
+                params: list[Any] = [json.dumps(added), dataset_id]
+                conditions = sqlite_where(where, params)
+                passing = conn.exec_driver_sql(
+                    "SELECT c.seq FROM chunks c JOIN documents d ON d.id = c.document_id "
+                    "WHERE c.seq IN (SELECT value FROM json_each(?)) AND c.dataset_id = ?"
+                    f"{conditions}",
+                    tuple(params),
+                ).scalars()
+                bitmap.set(np.fromiter(passing, dtype=np.int64))
+            if rows:
+                bitmap.applied = max(bitmap.applied, int(rows[-1][0]))
+            return bitmap.bits, bitmap.selector
+
+    def forget(self, key: int) -> None:
+        """Drop the dataset's bitmaps (it was deleted)."""
+        with self._state:
+            for name in [name for name in self._kept if name[0] == key]:
+                del self._kept[name]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def caught_up(self, timeout: float = 60.0) -> bool:
+        """Wait for the bitmaps being built (tests, bench)."""
+        done = self._pool.submit(lambda: None)
+        try:
+            done.result(timeout=timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def _drop(self, name: tuple[int, SearchFilter], bitmap: Bitmap) -> None:
+        with self._state:
+            if self._kept.get(name) is bitmap:
+                del self._kept[name]
+
+    def _build_later(self, key: int, dataset_id: str, where: SearchFilter) -> None:
+        name = (key, where)
+        with self._state:
+            if name in self._building:
+                return
+            self._building.add(name)
+        try:
+            self._pool.submit(self._build, key, dataset_id, where)
+        except RuntimeError:  # closed: the index is shutting down
+            with self._state:
+                self._building.discard(name)
+
+    def _build(self, key: int, dataset_id: str, where: SearchFilter) -> None:
+        name = (key, where)
+        try:
+            params: list[Any] = [dataset_id]
+            conditions = sqlite_where(where, params)
+            with self.db.read() as conn:
+                # the last id the log gave (AUTOINCREMENT: never given again), even when its
+                # rows were pruned: the floor is compared with it
+                top = int(
+                    conn.exec_driver_sql(
+                        "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = ?), 0)",
+                        (self.log,),
+                    ).scalar()
+                    or 0
+                )
+                rows = conn.exec_driver_sql(
+                    "SELECT c.seq FROM documents d JOIN chunks c ON c.document_id = d.id "
+                    f"AND c.generation = d.active_generation WHERE d.dataset_id = ?{conditions}",
+                    tuple(params),
+                )
+                parts = [np.zeros(0, dtype=np.int64)]
+                while batch := rows.fetchmany(READ_BATCH):
+                    parts.append(np.fromiter((seq for (seq,) in batch), dtype=np.int64))
+            seqs = np.concatenate(parts)
+            bitmap = Bitmap(np.zeros(1, dtype=np.uint8), top)
+            bitmap.set(seqs)
+            with self._state:
+                self._kept[name] = bitmap
+                self._kept.move_to_end(name)
+                while len(self._kept) > BITMAPS_MAX:
+                    self._kept.popitem(last=False)
+            self.builds += 1
+        except Exception:  # the database busy or gone: the searches go without, and ask again
+            log.exception("could not build the bitmap of a filter of dataset key %s", key)
+        finally:
+            with self._state:
+                self._building.discard(name)
