@@ -536,9 +536,24 @@ def test_pruning_keeps_the_log_rows_the_keyword_index_needs(setup) -> None:
     assert left[1] == 20  # … what it does not is kept
 
 
+def log_left(index: SqliteIndex, within_s: float) -> int:
+    """The log's rows once it is empty, or when `within_s` have passed."""
+    deadline = time.monotonic() + within_s
+    while True:
+        with index.db.read() as conn:
+            left = int(conn.exec_driver_sql(f"SELECT count(*) FROM {index.log}").scalar() or 0)
+        if left == 0 or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("held_s", [0.0, 1.0])
 def test_the_log_is_pruned_when_no_graph_and_no_keyword_index_is_kept(
-    sqlite_db, monkeypatch: pytest.MonkeyPatch
+    sqlite_db, monkeypatch: pytest.MonkeyPatch, held_s: float
 ) -> None:
+    """With `held_s`, the writing transaction stays open that long after `logged` started the
+    prune: the prune must see its rows all the same (it once read before the commit, found
+    nothing, and left the rows for a minute: CI saw 30 rows left)."""
     monkeypatch.setattr(graphs, "PRUNE_AFTER_ROWS", 25)  # (10,000 by default)
     index = SqliteIndex(sqlite_db, EMBED.dimension, graph_min_chunks=10**9)
     index.ensure()
@@ -546,46 +561,11 @@ def test_the_log_is_pruned_when_no_graph_and_no_keyword_index_is_kept(
         dataset = insert_dataset(conn)
         document = insert_document(conn, dataset)
     try:
-        write(index, dataset, document, 1, texts(9, 30))  # 30 log rows: a prune starts
-        deadline = time.monotonic() + 30
-        left = None
-        while time.monotonic() < deadline:
-            with sqlite_db.read() as conn:
-                left = conn.exec_driver_sql(f"SELECT count(*) FROM {index.log}").scalar()
-            if left == 0:
-                break
-            time.sleep(0.05)
-        assert left == 0
-    finally:
-        index.close()
-
-
-def test_a_prune_started_inside_a_write_waits_for_its_commit(
-    sqlite_db, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`logged` starts the prune while the writing transaction is still open: the prune must
-    see that write's rows (it once read before the commit, found nothing, and left the rows for
-    a minute: CI saw 30 rows left)."""
-    monkeypatch.setattr(graphs, "PRUNE_AFTER_ROWS", 25)
-    index = SqliteIndex(sqlite_db, EMBED.dimension, graph_min_chunks=10**9)
-    index.ensure()
-    with sqlite_db.write() as conn:
-        dataset = insert_dataset(conn)
-        document = insert_document(conn, dataset)
-    try:
-        with sqlite_db.write() as tx:
-            index.upsert(tx, chunks(dataset, document, 1, texts(10, 30)))
+        with sqlite_db.write() as tx:  # 30 log rows: a prune starts
+            index.upsert(tx, chunks(dataset, document, 1, texts(9, 30)))
             index.activate(tx, document, 1)
-            time.sleep(1.0)  # the prune's thread is running by now, the rows not committed
-        deadline = time.monotonic() + 30
-        left = None
-        while time.monotonic() < deadline:
-            with sqlite_db.read() as conn:
-                left = conn.exec_driver_sql(f"SELECT count(*) FROM {index.log}").scalar()
-            if left == 0:
-                break
-            time.sleep(0.05)
-        assert left == 0
+            time.sleep(held_s)
+        assert log_left(index, within_s=30) == 0
     finally:
         index.close()
 

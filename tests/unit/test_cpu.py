@@ -5,17 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-import multiprocessing
 import threading
 import time
 
 from knowledgeops.cpu import OTHER_WORK_CORES, OtherWork
-
-
-def _spin(seconds: float) -> None:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        pass
+from tests.unit.test_graph_stage import spinning
 
 
 def _hash_until(stop: threading.Event) -> None:
@@ -27,12 +21,7 @@ def _hash_until(stop: threading.Event) -> None:
 def test_programs_beside_this_process_are_other_work() -> None:
     others = OtherWork(window_s=0.3)
     cores = math.ceil(others.cpu.capacity)
-    context = multiprocessing.get_context("spawn")
-    spinners = [context.Process(target=_spin, args=(6.0,)) for _ in range(cores)]
-    for spinner in spinners:
-        spinner.start()
-    try:
-        time.sleep(1.0)  # every spinner running
+    with spinning(cores, 6.0):
         assert others.cores() == 0.0  # the first ask has nothing to compare with
         measured = []
         deadline = time.monotonic() + 3.0
@@ -43,10 +32,6 @@ def test_programs_beside_this_process_are_other_work() -> None:
         # a spinner on each core: most of them counted (the machine's ticks are 1/100 s)
         assert all(each is not None and each >= 0.75 * cores for each in measured), measured
         assert others.busy()
-    finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.join()
 
 
 def test_this_process_on_every_core_is_not_other_work() -> None:
@@ -76,12 +61,5 @@ def test_this_process_on_every_core_is_not_other_work() -> None:
 def test_a_measure_asked_within_its_window_answers_the_last_one() -> None:
     others = OtherWork(window_s=60.0)
     others.cores()
-    context = multiprocessing.get_context("spawn")
-    spinner = context.Process(target=_spin, args=(2.0,))
-    spinner.start()
-    try:
-        time.sleep(1.0)
+    with spinning(1, 2.0):
         assert others.cores() == 0.0  # within the window: not measured again
-    finally:
-        spinner.kill()
-        spinner.join()

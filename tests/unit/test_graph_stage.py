@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 import multiprocessing
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -112,17 +114,28 @@ def _spin(seconds: float) -> None:
         pass
 
 
+@contextmanager
+def spinning(cores: int, seconds: float) -> Iterator[None]:
+    """A process spinning on each of `cores` cores for `seconds` (or until the block ends)."""
+    context = multiprocessing.get_context("spawn")
+    spinners = [context.Process(target=_spin, args=(seconds,)) for _ in range(cores)]
+    for spinner in spinners:
+        spinner.start()
+    try:
+        time.sleep(1.0)  # every spinner running
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.join()
+
+
 def test_no_core_is_spare_while_every_core_is_busy_and_one_is_once_they_rest(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(stage, "SLICE_S", 0.2)
     cores = math.ceil(SpareCores().capacity)  # the cores this process may use
-    context = multiprocessing.get_context("spawn")
-    spinners = [context.Process(target=_spin, args=(6.0,)) for _ in range(cores)]
-    for spinner in spinners:
-        spinner.start()
-    try:
-        time.sleep(1.0)  # every spinner running
+    with spinning(cores, 6.0):
         spare = SpareCores()
         answers = []
         deadline = time.monotonic() + 3.0
@@ -131,10 +144,6 @@ def test_no_core_is_spare_while_every_core_is_busy_and_one_is_once_they_rest(
             time.sleep(0.05)
         assert len(answers) > 20
         assert not any(answers)
-    finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.join()
     spare = SpareCores()
     deadline = time.monotonic() + 20.0  # other tests' processes may still be winding down
     while not spare.allow():

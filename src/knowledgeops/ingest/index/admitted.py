@@ -24,7 +24,6 @@ searches meanwhile go without.
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import threading
 from collections.abc import Callable
@@ -38,7 +37,7 @@ import numpy.typing as npt
 from sqlalchemy import Connection
 
 from knowledgeops.db.engine import Database
-from knowledgeops.ingest.index.filters import SearchFilter, sqlite_where
+from knowledgeops.ingest.index.filters import SearchFilter, sqlite_passing, sqlite_where
 from knowledgeops.ingest.index.graphs import PENDING_MAX, RESET
 
 log = logging.getLogger(__name__)
@@ -117,15 +116,8 @@ class AdmittedBitmaps:
                 self._build_later(key, dataset_id, where)
                 return None
             added = [int(seq) for _, seq, is_added in rows if is_added]
-            if added:
-                params: list[Any] = [json.dumps(added), dataset_id]
-                conditions = sqlite_where(where, params)
-                passing = conn.exec_driver_sql(
-                    "SELECT c.seq FROM chunks c JOIN documents d ON d.id = c.document_id "
-                    "WHERE c.seq IN (SELECT value FROM json_each(?)) AND c.dataset_id = ?"
-                    f"{conditions}",
-                    tuple(params),
-                ).scalars()
+            if added:  # active or not by now: a bit too many costs a candidate, no more
+                passing = sqlite_passing(conn, added, dataset_id, where, active=False)
                 bitmap.set(np.fromiter(passing, dtype=np.int64))
             if rows:
                 bitmap.applied = max(bitmap.applied, int(rows[-1][0]))

@@ -10,9 +10,11 @@ the `documents` row of the chunk, aliased `d`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from sqlalchemy import Connection
 
 Scalar = str | int | float | bool | None
 
@@ -95,6 +97,27 @@ def sqlite_where(where: SearchFilter | None, params: list[Any]) -> str:
                 alternatives.append("(json_type(d.meta, ?) = ? AND json_extract(d.meta, ?) = ?)")
         parts.append("(" + " OR ".join(alternatives) + ")")
     return "".join(f" AND {part}" for part in parts)
+
+
+def sqlite_passing(
+    conn: Connection,
+    seqs: Sequence[int],
+    dataset_id: str,
+    where: SearchFilter | None,
+    *,
+    active: bool = True,
+) -> Iterable[int]:
+    """The seqs among `seqs` of the dataset's chunks whose document `where` admits, of the
+    document's active generation where `active` (SQLite)."""
+    params: list[Any] = [json.dumps(list(seqs)), dataset_id]
+    conditions = sqlite_where(where, params)
+    generation = " AND d.active_generation = c.generation" if active else ""
+    return conn.exec_driver_sql(
+        f"SELECT c.seq FROM chunks c JOIN documents d ON d.id = c.document_id{generation} "
+        "WHERE c.seq IN (SELECT value FROM json_each(?)) AND c.dataset_id = ?"
+        f"{conditions}",
+        tuple(params),
+    ).scalars()
 
 
 def _sqlite_type(value: Scalar) -> str:

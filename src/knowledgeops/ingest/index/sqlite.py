@@ -44,7 +44,7 @@ from knowledgeops.ingest.index import lists, vector_rows
 from knowledgeops.ingest.index.admitted import AdmittedBitmaps
 from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
 from knowledgeops.ingest.index.counts import ActiveCounts
-from knowledgeops.ingest.index.filters import SearchFilter, sqlite_where
+from knowledgeops.ingest.index.filters import SearchFilter, sqlite_passing, sqlite_where
 from knowledgeops.ingest.index.graphs import RESET, Graphs, candidate_asks, create_tables
 from knowledgeops.ingest.index.keys import dataset_key
 from knowledgeops.ingest.index.keywords import (
@@ -525,14 +525,7 @@ class SqliteIndex:
                 if found is None:
                     return None
                 scores = dict(found.scored)
-                params: list[Any] = [json.dumps(list(scores)), dataset_id]
-                conditions = sqlite_where(where, params)
-                passing = conn.exec_driver_sql(
-                    "SELECT c.seq FROM chunks c JOIN documents d ON d.id = c.document_id "
-                    "AND d.active_generation = c.generation WHERE c.seq IN "
-                    f"(SELECT value FROM json_each(?)) AND c.dataset_id = ?{conditions}",
-                    tuple(params),
-                ).scalars()
+                passing = sqlite_passing(conn, list(scores), dataset_id, where)
                 best = sorted(passing, key=lambda seq: (-scores[seq], seq))[:k]
                 if len(best) >= k or found.ranked < want:  # exactly the best k that pass
                     return _hits(conn, [(seq, scores[seq]) for seq in best])
