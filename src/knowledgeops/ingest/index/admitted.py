@@ -123,12 +123,6 @@ class AdmittedBitmaps:
                 bitmap.applied = max(bitmap.applied, int(rows[-1][0]))
             return bitmap.bits, bitmap.selector
 
-    def forget(self, key: int) -> None:
-        """Drop the dataset's bitmaps (it was deleted)."""
-        with self._state:
-            for name in [name for name in self._kept if name[0] == key]:
-                del self._kept[name]
-
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
