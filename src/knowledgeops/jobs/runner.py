@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import KW_ONLY, InitVar, dataclass, field
@@ -49,6 +50,11 @@ class JobContext:
     stopping: threading.Event  # set when this worker shuts down
     heartbeat: Heartbeat | None = None
     parts: list[str] | None = field(default=None, init=False)  # set once the job has split
+    # a time limit checked at every report (a monotonic deadline, and what to raise past it):
+    # the scale-out worker sets it beside Celery's soft limit, whose signal can land where
+    # Python ignores exceptions (a weakref's callback) and be lost
+    deadline: float | None = field(default=None, init=False)
+    past_deadline: Callable[[], BaseException] | None = field(default=None, init=False)
 
     def report(
         self,
@@ -62,6 +68,12 @@ class JobContext:
         job was cancelled or taken away, WorkerStopping when this worker is shutting down."""
         if self.stopping.is_set():
             raise WorkerStopping
+        if (
+            self.deadline is not None
+            and self.past_deadline is not None
+            and time.monotonic() >= self.deadline
+        ):
+            raise self.past_deadline()
         self.store.report(
             self.lease, now=self.clock(), stage=stage, total=total, processed=processed, work=work
         )

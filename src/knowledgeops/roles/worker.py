@@ -84,18 +84,24 @@ class _Process:
 
 
 def _time_limited(limit_s: float) -> Any:
+    def over() -> PermanentError:
+        return PermanentError(
+            f"the job ran longer than {limit_s:g} s (KOPS_JOB_TIME_LIMIT_S) and was stopped",
+            code="time_limit",
+        )
+
     def wrap(handler: Handler) -> Handler:
         def run(ctx: JobContext) -> None:
+            # Celery's soft limit raises wherever the job is; the same limit is checked at each
+            # progress report too, since the signal can be lost (a weakref callback ignores it)
+            ctx.deadline = time.monotonic() + limit_s
+            ctx.past_deadline = over
             try:
                 handler(ctx)
             except Exception as exc:
                 if not _caused_by_time_limit(exc):
                     raise
-                raise PermanentError(
-                    f"the job ran longer than {limit_s:g} s (KOPS_JOB_TIME_LIMIT_S) "
-                    "and was stopped",
-                    code="time_limit",
-                ) from None
+                raise over() from None
 
         return run
 

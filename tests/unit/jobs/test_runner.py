@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -187,6 +188,34 @@ def test_a_stopping_worker_gives_the_job_back_without_spending_an_attempt(
     done = store.get(job.id)
     assert done is not None
     assert done.attempt == 1
+
+
+def test_a_report_past_the_jobs_deadline_raises_what_the_worker_set(
+    store: MemoryJobStore, clock: Clock
+) -> None:
+    """The scale-out worker's time limit, checked at each report as well as by Celery's signal
+    (which a weakref's callback can swallow): the job fails with the worker's error."""
+    job = add_job(store, clock)
+    reports: list[int] = []
+
+    def handle(ctx: JobContext) -> None:
+        ctx.deadline = time.monotonic() + 0.2
+        ctx.past_deadline = lambda: PermanentError("over its time", code="time_limit")
+        for n in range(1, 1000):
+            ctx.report(stage=Stage.EMBEDDING, total=1000, processed=n)
+            reports.append(n)
+            time.sleep(0.01)
+
+    assert make_runner(store, handle, clock).run_job(job.id) is Outcome.FAILED
+    failed = store.get(job.id)
+    assert failed is not None
+    assert (failed.status, failed.error_code, failed.error_category) == (
+        JobStatus.FAILED,
+        "time_limit",
+        "permanent",
+    )
+    assert 0 < len(reports) < 100  # stopped at the first report past 0.2 s
+    assert failed.processed_chunks == len(reports)
 
 
 def test_a_worker_that_lost_its_lease_cannot_complete(store: MemoryJobStore, clock: Clock) -> None:
