@@ -16,17 +16,17 @@ from collections.abc import Callable
 from typing import Any
 
 from celery import Celery
-from celery.exceptions import Reject, SoftTimeLimitExceeded
+from celery.exceptions import Reject
 from celery.signals import worker_process_init, worker_process_shutdown
 
 from knowledgeops.clock import Clock, utcnow
-from knowledgeops.errors import PermanentError
 from knowledgeops.ingest.embedders.base import Embedder
 from knowledgeops.jobs.celery_dispatch import TASK_NAME, make_celery
 from knowledgeops.jobs.heartbeat import Heartbeat
-from knowledgeops.jobs.runner import Handler, JobContext, Runner
+from knowledgeops.jobs.runner import Handler, Runner
 from knowledgeops.roles import wiring
 from knowledgeops.roles.base import DataRole
+from knowledgeops.roles.time_limit import TimeLimit
 from knowledgeops.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -80,45 +80,8 @@ class _Process:
 
     settings: Settings | None = None
     role: WorkerRole | None = None
+    time_limit: TimeLimit | None = None
     lock = threading.Lock()  # the threads pool may run the first tasks at once
-
-
-def _time_limited(limit_s: float) -> Any:
-    def over() -> PermanentError:
-        return PermanentError(
-            f"the job ran longer than {limit_s:g} s (KOPS_JOB_TIME_LIMIT_S) and was stopped",
-            code="time_limit",
-        )
-
-    def wrap(handler: Handler) -> Handler:
-        def run(ctx: JobContext) -> None:
-            # Celery's soft limit raises wherever the job is; the same limit is checked at each
-            # progress report too, since the signal can be lost (a weakref callback ignores it)
-            ctx.deadline = time.monotonic() + limit_s
-            ctx.past_deadline = over
-            try:
-                handler(ctx)
-            except Exception as exc:
-                if not _caused_by_time_limit(exc):
-                    raise
-                raise over() from None
-
-        return run
-
-    return wrap
-
-
-def _caused_by_time_limit(exc: BaseException) -> bool:
-    """The soft limit fires wherever the job is; a parser may have wrapped it (as a corrupt
-    file, say), so the whole chain of causes is looked at."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, SoftTimeLimitExceeded):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
 
 
 def role() -> WorkerRole:
@@ -128,8 +91,8 @@ def role() -> WorkerRole:
             settings = _Process.settings
             if settings is None:
                 raise RuntimeError("create_worker_app() was not called in this process")
-            limited = _time_limited(settings.job_time_limit_s)
-            built = WorkerRole(settings, handler_wrapper=limited)
+            _Process.time_limit = TimeLimit(settings.job_time_limit_s)
+            built = WorkerRole(settings, handler_wrapper=_Process.time_limit.wrap)
             built.start()
             _Process.role = built
         return _Process.role
@@ -158,7 +121,10 @@ def create_worker_app(settings: Settings) -> Celery:
     @app.task(name=TASK_NAME, ignore_result=True)  # type: ignore[untyped-decorator]
     def run_job(job_id: str) -> str:
         try:
-            return role().runner.run_job(job_id).value
+            worker = role()
+            if _Process.time_limit is not None:
+                _Process.time_limit.started()
+            return worker.runner.run_job(job_id).value
         except Exception as exc:  # the database failed before the job's fate was recorded
             log.warning(
                 "job %s: could not be run (%s: %s); its message goes back to the broker",
