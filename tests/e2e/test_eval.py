@@ -99,6 +99,7 @@ def test_bench_search_measures_both_topologies_at_a_given_number_of_chunks(
     embedded = figures["embedded"]
     assert embedded["index_memory_mb"] > 0  # the large dataset went through its graph
     assert embedded["settings"]["filter_bitmaps_built"] >= 1  # its filter's scan, a bitmap's
+    assert sum(embedded["settings"]["filter_bitmap_ways"].values()) >= 1  # … used one way
     assert embedded["settings"]["probe_sweep"]
     # what keeping the index costs ingestion: the real model's throughput with the index's
     # threads taking the chunks in and with them stopped, in turn, searches timed meanwhile;

@@ -28,6 +28,7 @@ an older one fills the new one from the chunks' text and drops the old, in one t
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,7 +42,7 @@ from knowledgeops.db.engine import Database, Tx
 from knowledgeops.db.schema import documents
 from knowledgeops.errors import IndexUnavailable
 from knowledgeops.ingest.index import lists, vector_rows
-from knowledgeops.ingest.index.admitted import AdmittedBitmaps
+from knowledgeops.ingest.index.admitted import AdmittedBitmaps, Way
 from knowledgeops.ingest.index.base import Hit, IndexedChunk, chunk_row
 from knowledgeops.ingest.index.counts import ActiveCounts
 from knowledgeops.ingest.index.filters import SearchFilter, sqlite_passing, sqlite_where
@@ -377,8 +378,9 @@ class SqliteIndex:
             if total >= self.graph_min_chunks and admitted >= self.graph_min_chunks:
                 key = dataset_key(dataset_id)
                 share = lists.PROBE_SHARE_FUSED if fused else lists.PROBE_SHARE
-                # a filter's bitmap, once built: the scan skips what the filter does not
-                # admit, so the candidates are those of an unfiltered search
+                # a filter's bitmap, once built (admitted.py): the scan skips what the filter
+                # does not admit and asks for an unfiltered search's candidates, or scans it
+                # all and the bitmap keeps the admitted candidates, whichever is faster here
                 bitmap = None
                 if (
                     where is not None
@@ -386,13 +388,20 @@ class SqliteIndex:
                     and self.filter_bitmaps
                     and self.graphs.ready(key)
                 ):
-                    bitmap = self.admitted.of(conn, key, dataset_id, where)
-                passing = 1.0 if bitmap is not None else admitted / total
-                selector = None if bitmap is None else bitmap[1]
-                for want in candidate_asks(k, passing):
+                    bitmap = self.admitted.of(conn, key, dataset_id, where, admitted / total)
+                skip = bitmap is not None and bitmap.way is Way.SKIP
+                passing = 1.0 if skip else admitted / total
+                selector = bitmap.selector if bitmap is not None and skip else None
+                for ask, want in enumerate(candidate_asks(k, passing)):
+                    began = time.perf_counter()
                     seqs = self.graphs.nearest(conn, key, vector, want, share, selector)
                     if seqs is None:
                         break
+                    if bitmap is not None:
+                        if ask == 0:
+                            bitmap.timed(time.perf_counter() - began)
+                        if not skip:
+                            seqs = bitmap.admits(seqs)
                     hits = self._scored(conn, dataset_id, vector, seqs, where, k)
                     if len(hits) >= min(k, admitted):
                         return hits

@@ -50,6 +50,7 @@ from knowledgeops.db.migrate import upgrade
 from knowledgeops.db.schema import datasets, documents
 from knowledgeops.ingest.embedders.local import LocalMiniLM, load_tokenizer
 from knowledgeops.ingest.index import graphs, lists, pgvector, rarest_first, terms, vector_rows
+from knowledgeops.ingest.index.admitted import Way
 from knowledgeops.ingest.index.base import ChunkIndex, Hit, IndexedChunk, chunk_id, text_hash
 from knowledgeops.ingest.index.filters import SearchFilter
 from knowledgeops.ingest.index.keys import dataset_key
@@ -516,6 +517,11 @@ def bench_embedded(
         _measure(figures, index, corpus, dataset_ids, questions, HashingEmbedder(DIMENSION))
         # the filters' bitmaps of admitted chunks built by the searches (admitted.py)
         figures.settings["filter_bitmaps_built"] = index.admitted.builds
+        # the way the filtered searches used them: the scan skipping what the filter does
+        # not admit, or scanning every code with the bitmap applied after (admitted.Way)
+        figures.settings["filter_bitmap_ways"] = {
+            str(way): index.admitted.chosen[way] for way in Way
+        }
         _measure_embedded(
             figures, index, db, corpus, passages, dataset_ids, questions, ingest_rounds
         )
